@@ -1,0 +1,49 @@
+# schedd: `make dev` starts a local cluster, `make test` runs the checks and the tests.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint typecheck pytest proto bench clean etcd venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+# etcd's server binary; Debian's etcd-server package when it is not on PATH.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  echo "installing etcd-server (apt-get)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
+	@command -v etcd >/dev/null 2>&1 || { echo "etcd is not on PATH after install" >&2; exit 1; }
+
+proto: $(STAMP)
+	PYTHON=$(PY) scripts/gen_proto.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP) etcd
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test: $(STAMP) etcd lint typecheck pytest
+
+dev: $(STAMP) etcd
+	$(VENV)/bin/schedd dev $(DEV_ARGS)
+
+bench: $(STAMP) etcd
+	$(PY) scripts/bench/schedule.py
+	$(PY) scripts/bench/timerwheel.py
+	$(PY) scripts/bench/e2e.py
+
+clean:
+	rm -rf $(VENV) .schedd-dev .pytest_cache .mypy_cache .ruff_cache

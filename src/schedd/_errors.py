@@ -1,0 +1,122 @@
+"""The one error hierarchy of schedd.
+
+Every error a caller may want to handle derives from :class:`SchedError`. Each subclass maps to
+one gRPC status code (:data:`GRPC_CODE_NAMES`), so servicers translate errors in one place and
+clients map status codes back to the same classes.
+"""
+
+from __future__ import annotations
+
+
+class SchedError(Exception):
+    """Root of every schedd error."""
+
+    #: Name of the grpc.StatusCode this error travels as.
+    grpc_code = "INTERNAL"
+    #: Whether retrying the same call later may succeed.
+    transient = False
+
+
+class InvalidArgument(SchedError):
+    """Bad input: ``field`` names the offending field (dotted path), ``message`` says why."""
+
+    grpc_code = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.reason = message
+
+
+class InvalidSchedule(InvalidArgument):
+    """A schedule expression or time zone that cannot be used."""
+
+    def __init__(self, message: str, field: str = "schedule.expr") -> None:
+        super().__init__(field, message)
+
+
+class NotFound(SchedError):
+    grpc_code = "NOT_FOUND"
+
+
+class JobNotFound(NotFound):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class ExecutionNotFound(NotFound):
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(f"execution {execution_id!r} not found")
+        self.execution_id = execution_id
+
+
+class AlreadyExists(SchedError):
+    grpc_code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(SchedError):
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class StaleToken(FailedPrecondition):
+    """A result or heartbeat carried a fencing token that is no longer current."""
+
+    def __init__(self, execution_id: str, token: int, current: int | None) -> None:
+        cur = "none (finished or unknown)" if current is None else str(current)
+        super().__init__(f"execution {execution_id!r}: token {token} is stale (current: {cur})")
+        self.execution_id = execution_id
+        self.token = token
+        self.current = current
+
+
+class Conflict(SchedError):
+    """A compare failed (a concurrent writer): re-read and retry."""
+
+    grpc_code = "ABORTED"
+    transient = True
+
+
+class FencedOut(SchedError):
+    """This node's partition epoch is no longer current: another owner took the partition."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+    def __init__(self, partition: int, epoch: int) -> None:
+        super().__init__(f"partition {partition}: epoch {epoch} is no longer current")
+        self.partition = partition
+        self.epoch = epoch
+
+
+class Unavailable(SchedError):
+    """etcd, a node or a worker cannot be reached now."""
+
+    grpc_code = "UNAVAILABLE"
+    transient = True
+
+
+class ResourceExhausted(SchedError):
+    grpc_code = "RESOURCE_EXHAUSTED"
+    transient = True
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(SchedError):
+    grpc_code = "DEADLINE_EXCEEDED"
+    transient = True
+
+
+#: grpc status code name -> error class, for clients mapping statuses back.
+GRPC_CODE_TO_ERROR: dict[str, type[SchedError]] = {
+    "INVALID_ARGUMENT": InvalidArgument,
+    "NOT_FOUND": NotFound,
+    "ALREADY_EXISTS": AlreadyExists,
+    "FAILED_PRECONDITION": FailedPrecondition,
+    "ABORTED": Conflict,
+    "UNAVAILABLE": Unavailable,
+    "RESOURCE_EXHAUSTED": ResourceExhausted,
+    "DEADLINE_EXCEEDED": DeadlineExceeded,
+}

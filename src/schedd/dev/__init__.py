@@ -1,0 +1,5 @@
+"""`schedd dev`: a whole local cluster (etcd, a node, a worker with demo handlers) in one command."""
+
+from schedd.dev._etcd_process import EtcdProcess, free_port, port_is_free
+
+__all__ = ["EtcdProcess", "free_port", "port_is_free"]

@@ -1,0 +1,139 @@
+"""The etcd key layout, in one place: a ``*_key()`` builder beside each ``parse_*_key()`` parser.
+
+Every key lives under a configurable prefix (default ``/schedd/v1/``)::
+
+    meta/cluster                      partition count, format version (written once)
+    nodes/{node}                      NodeInfo JSON, attached to the node's session lease
+    owners/{p:04d}                    owning node id, attached to its lease; create_revision = epoch
+    jobs/{job}                        Job protobuf
+    jobidx/{partition:04d}/{job}      empty; lets an owner list its partition's jobs
+    due/{p:04d}/{due_ms:013d}/{job}   DueEntry: the time-ordered due index of partition p
+    runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
+    dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
+    idem/{tenant}/{key}               job id (idempotent create)
+
+Numbers are zero-padded so that key order is time order: a range scan of ``due/p/`` up to
+``due/p/{now+W}`` costs what is due, not what is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = b"/schedd/v1/"
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """The stable partition of a job: the first 8 bytes of its SHA-1, mod P."""
+    digest = hashlib.sha1(job_id.encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:8], "big") % partitions
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key builders and parsers bound to one prefix."""
+
+    prefix: bytes = DEFAULT_PREFIX
+
+    # -- cluster, nodes, owners ---------------------------------------------------------------
+    def meta_key(self) -> bytes:
+        return self.prefix + b"meta/cluster"
+
+    def nodes_prefix(self) -> bytes:
+        return self.prefix + b"nodes/"
+
+    def node_key(self, node_id: str) -> bytes:
+        return self.nodes_prefix() + node_id.encode()
+
+    def parse_node_key(self, key: bytes) -> str:
+        return key[len(self.nodes_prefix()) :].decode()
+
+    def owners_prefix(self) -> bytes:
+        return self.prefix + b"owners/"
+
+    def owner_key(self, partition: int) -> bytes:
+        return self.owners_prefix() + b"%04d" % partition
+
+    def parse_owner_key(self, key: bytes) -> int:
+        return int(key[len(self.owners_prefix()) :])
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def jobs_prefix(self) -> bytes:
+        return self.prefix + b"jobs/"
+
+    def job_key(self, job_id: str) -> bytes:
+        return self.jobs_prefix() + job_id.encode()
+
+    def parse_job_key(self, key: bytes) -> str:
+        return key[len(self.jobs_prefix()) :].decode()
+
+    def jobidx_prefix(self, partition: int) -> bytes:
+        return self.prefix + b"jobidx/%04d/" % partition
+
+    def jobidx_key(self, partition: int, job_id: str) -> bytes:
+        return self.jobidx_prefix(partition) + job_id.encode()
+
+    def parse_jobidx_key(self, key: bytes) -> tuple[int, str]:
+        rest = key[len(self.prefix) + len(b"jobidx/") :]
+        p, _, job = rest.partition(b"/")
+        return int(p), job.decode()
+
+    def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
+        return self.prefix + f"idem/{tenant}/".encode() + idempotency_key.encode()
+
+    # -- due index ------------------------------------------------------------------------------
+    def due_prefix(self, partition: int) -> bytes:
+        return self.prefix + b"due/%04d/" % partition
+
+    def due_key(self, partition: int, due_ms: int, job_id: str) -> bytes:
+        return self.due_prefix(partition) + b"%013d/" % due_ms + job_id.encode()
+
+    def due_until(self, partition: int, until_ms: int) -> bytes:
+        """Range end that includes every due key with ``due_ms <= until_ms``."""
+        return self.due_prefix(partition) + b"%013d0" % until_ms
+
+    def parse_due_key(self, key: bytes) -> tuple[int, int, str]:
+        """``due/{p}/{ms}/{job}`` -> (partition, due_ms, job_id)."""
+        rest = key[len(self.prefix) + len(b"due/") :]
+        p, ms, job = rest.split(b"/", 2)
+        return int(p), int(ms), job.decode()
+
+    # -- executions -----------------------------------------------------------------------------
+    def runs_prefix(self, partition: int) -> bytes:
+        return self.prefix + b"runs/%04d/" % partition
+
+    def runs_job_prefix(self, partition: int, job_id: str) -> bytes:
+        return self.runs_prefix(partition) + job_id.encode() + b"/"
+
+    def run_key(self, partition: int, job_id: str, scheduled_ms: int) -> bytes:
+        return self.runs_job_prefix(partition, job_id) + b"%013d" % scheduled_ms
+
+    def parse_run_key(self, key: bytes) -> tuple[int, str, int]:
+        rest = key[len(self.prefix) + len(b"runs/") :]
+        p, rest2 = rest.split(b"/", 1)
+        job, _, ms = rest2.rpartition(b"/")
+        return int(p), job.decode(), int(ms)
+
+    def dlq_prefix(self, tenant: str | None = None, job_id: str | None = None) -> bytes:
+        base = self.prefix + b"dlq/"
+        if tenant is None:
+            return base
+        base += tenant.encode() + b"/"
+        return base if job_id is None else base + job_id.encode() + b"/"
+
+    def dlq_key(self, tenant: str, job_id: str, scheduled_ms: int) -> bytes:
+        return self.dlq_prefix(tenant, job_id) + b"%013d" % scheduled_ms
+
+
+def execution_id(job_id: str, scheduled_ms: int) -> str:
+    """The id of the execution of ``job_id`` for the fire at ``scheduled_ms``."""
+    return f"{job_id}@{scheduled_ms}"
+
+
+def parse_execution_id(value: str) -> tuple[str, int]:
+    """Inverse of :func:`execution_id`; ValueError when malformed."""
+    job_id, sep, ms = value.rpartition("@")
+    if not sep or not job_id or not ms.isdigit():
+        raise ValueError(f"{value!r} is not an execution id (JOB@MILLIS)")
+    return job_id, int(ms)

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for the schedd.v1 API (scripts/gen_proto.sh; do not edit)."""

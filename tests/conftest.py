@@ -1,0 +1,41 @@
+"""Shared fixtures: a real etcd server per test session, a fresh key prefix per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from schedd.dev import EtcdProcess
+from schedd.store._etcd import Etcd, EtcdConfig
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    """One real etcd process on free loopback ports for the whole session."""
+    proc = EtcdProcess(tmp_path_factory.mktemp("etcd"), name="schedd-test")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def etcd_prefix() -> bytes:
+    """A key prefix no other test uses, so tests sharing the server never see each other."""
+    return f"/schedd-test/{uuid.uuid4().hex[:12]}/".encode()
+
+
+@pytest.fixture
+async def etcd(etcd_server: EtcdProcess) -> AsyncIterator[Etcd]:
+    client = await Etcd.connect(EtcdConfig(endpoints=(etcd_server.endpoint,)))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    return d
