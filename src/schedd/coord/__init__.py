@@ -1,0 +1,43 @@
+"""Coordination: sessions, membership, partition ownership and fencing.
+
+Layered like etcd's ``concurrency`` package: a :class:`Session` (a lease kept alive, with
+``done``) carries the node's :class:`Membership` record and its partition claims; a
+:class:`PartitionOwnership` keeps the node's fair share of partitions; each owned partition
+comes with a :class:`Fence` whose :meth:`Fence.compare` the store adds to every guarded
+write. Typical wiring::
+
+    meta = await init_cluster(etcd, keys, partitions=64)
+    session = Session(etcd, ttl_s=5)
+    await session.start()
+    members = Membership(etcd, keys, session, info, clock=SystemClock())
+    await members.start()
+    owner = PartitionOwnership(etcd, keys, session, members, OwnershipConfig(meta.partitions),
+                               on_acquired=start_partition, on_lost=stop_partition)
+    await owner.run()          # returns when the session is lost or after release_all()
+"""
+
+from schedd.coord._fence import Fence
+from schedd.coord._membership import Membership, NodeInfo
+from schedd.coord._meta import FORMAT_VERSION, ClusterMeta, init_cluster, read_cluster
+from schedd.coord._ownership import (
+    OwnershipConfig,
+    PartitionOwnership,
+    preference_order,
+    rendezvous_score,
+)
+from schedd.coord._session import Session
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ClusterMeta",
+    "Fence",
+    "Membership",
+    "NodeInfo",
+    "OwnershipConfig",
+    "PartitionOwnership",
+    "Session",
+    "init_cluster",
+    "preference_order",
+    "read_cluster",
+    "rendezvous_score",
+]

@@ -1,0 +1,97 @@
+"""The cluster's immutable facts: partition count and format version, written once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+
+from schedd._errors import FailedPrecondition, InvalidArgument
+from schedd.store._etcd import Etcd, cmp_create, op_get, op_put, response_kvs
+from schedd.store._keys import Keys
+
+log = logging.getLogger(__name__)
+
+#: The layout version this code writes and understands.
+FORMAT_VERSION = 1
+#: Owner keys are zero-padded to 4 digits, so key order is partition order up to this.
+MAX_PARTITIONS = 9999
+
+
+@dataclass
+class ClusterMeta:
+    """What ``meta/cluster`` holds.
+
+    Attributes:
+        partitions: partition count P; fixed for the life of the cluster.
+        format_version: key layout version.
+        cluster_id: random id chosen by whoever initialised the cluster.
+    """
+
+    partitions: int
+    format_version: int
+    cluster_id: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "partitions": self.partitions,
+                "format_version": self.format_version,
+                "cluster_id": self.cluster_id,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ClusterMeta:
+        """Parses a stored value. Raises FailedPrecondition when it is not valid meta."""
+        try:
+            data = json.loads(raw)
+            return cls(
+                partitions=int(data["partitions"]),
+                format_version=int(data["format_version"]),
+                cluster_id=str(data["cluster_id"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FailedPrecondition(f"meta/cluster is not valid cluster meta: {raw!r}") from exc
+
+
+async def init_cluster(etcd: Etcd, keys: Keys, partitions: int) -> ClusterMeta:
+    """Creates ``meta/cluster`` if absent; returns what is stored.
+
+    One create-if-absent transaction, so concurrent initialisers agree on one meta. The
+    partition count never changes silently: if the stored P differs from ``partitions``,
+    a warning is logged and the *stored* meta is returned; the caller decides what to do.
+
+    Raises:
+        InvalidArgument: ``partitions`` is outside 1..9999.
+        FailedPrecondition: the stored value is not valid meta.
+        Unavailable: etcd cannot be reached.
+    """
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidArgument("partitions", f"must be in 1..{MAX_PARTITIONS}, got {partitions}")
+    key = keys.meta_key()
+    meta = ClusterMeta(partitions, FORMAT_VERSION, uuid.uuid4().hex)
+    resp = await etcd.txn([cmp_create(key, 0)], [op_put(key, meta.to_json())], [op_get(key)])
+    if resp.succeeded:
+        log.info("cluster initialised id=%s partitions=%d", meta.cluster_id, partitions)
+        return meta
+    kvs = response_kvs(resp, 0)
+    if not kvs:  # deleted between compare and get cannot happen inside one txn
+        raise FailedPrecondition("meta/cluster vanished during init")
+    stored = ClusterMeta.from_json(kvs[0].value)
+    if stored.partitions != partitions:
+        log.warning(
+            "cluster %s has %d partitions; requested %d ignored (P never changes)",
+            stored.cluster_id,
+            stored.partitions,
+            partitions,
+        )
+    return stored
+
+
+async def read_cluster(etcd: Etcd, keys: Keys) -> ClusterMeta | None:
+    """The stored meta, or None when the cluster was never initialised."""
+    kv = await etcd.get(keys.meta_key())
+    return None if kv is None else ClusterMeta.from_json(kv.value)

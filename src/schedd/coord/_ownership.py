@@ -1,0 +1,347 @@
+"""Partition ownership: each node keeps its fair share of partitions, fenced by epochs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from schedd._errors import InvalidArgument, Unavailable
+from schedd.coord._fence import Fence
+from schedd.coord._membership import Membership
+from schedd.coord._mirror import PrefixMirror
+from schedd.coord._session import Session
+from schedd.store._etcd import Etcd, cmp_create, op_delete, op_put, op_txn, prefix_end
+from schedd.store._keys import Keys
+
+log = logging.getLogger(__name__)
+
+OnAcquired = Callable[[Fence], Awaitable[None]]
+OnLost = Callable[[int, str], Awaitable[None]]
+
+# Reasons passed to on_lost.
+REBALANCE = "rebalance"
+SESSION_LOST = "session lost"
+FENCED_OUT = "fenced out"
+CLOCK_SKEW = "clock skew"
+SHUTDOWN = "shutdown"
+ACQUIRE_FAILED = "acquire failed"
+
+
+@dataclass(frozen=True)
+class OwnershipConfig:
+    """How partitions are shared out.
+
+    Attributes:
+        partitions: partition count P (from :class:`ClusterMeta`).
+        max_clock_skew_ms: a node whose clock is further than this from the cluster median
+            owns nothing; it becomes eligible again below 80 % of it.
+        rebalance_interval_s: the longest pause between two reconciliations (changes of
+            membership or owners wake the loop at once).
+        claim_batch: partitions claimed or released per etcd transaction (nested txns).
+    """
+
+    partitions: int
+    max_clock_skew_ms: int = 500
+    rebalance_interval_s: float = 1.0
+    claim_batch: int = 256
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise InvalidArgument("partitions", f"must be >= 1, got {self.partitions}")
+        if self.claim_batch < 1:
+            raise InvalidArgument("claim_batch", f"must be >= 1, got {self.claim_batch}")
+
+
+def rendezvous_score(node_id: str, partition: int) -> int:
+    """Highest-random-weight score of (node, partition): stable across processes."""
+    digest = hashlib.sha1(f"{node_id}/{partition}".encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def preference_order(node_id: str, partitions: Sequence[int], peers: set[str]) -> list[int]:
+    """``partitions`` from most to least wanted by ``node_id``.
+
+    First the partitions this node wins by rendezvous hashing among ``peers`` (its "home"
+    partitions, which it tends to get back after a restart), then the rest, each group by
+    descending score. Different nodes thus start claiming at different partitions.
+    """
+
+    def rank(p: int) -> tuple[bool, int]:
+        mine = rendezvous_score(node_id, p)
+        home = all(mine >= rendezvous_score(n, p) for n in peers if n != node_id)
+        return (not home, -mine)
+
+    return sorted(partitions, key=rank)
+
+
+class PartitionOwnership:
+    """Keeps this node owning ``ceil(P / eligible live nodes)`` partitions.
+
+    Contract:
+      * A partition is owned while ``owners/{p}`` exists with this node's claim; its create
+        revision is the epoch (:class:`Fence`). A claim is a create-if-absent under the
+        session lease, many per transaction (one nested compare each).
+      * ``on_acquired(fence)`` is awaited after a claim succeeded, before the partition
+        counts in :meth:`owned`'s callers' plans; ``on_lost(p, reason)`` is awaited when
+        the node must stop using ``p``. On a graceful release (reasons ``"rebalance"``,
+        ``"clock skew"``, ``"shutdown"``) on_lost returns *before* the key is deleted, so
+        no other node can own ``p`` while this one still uses it. On ``"session lost"``
+        and ``"fenced out"`` the key is already gone (or going): guarded writes with the
+        old fence fail, which is what makes a zombie harmless.
+      * Callbacks run on the reconcile task and must not call :meth:`release_all`.
+      * A node whose clock skew exceeds the limit releases everything and publishes
+        itself ineligible; while its skew cannot yet be measured (peers exist but none was
+        heard since start) it claims nothing new.
+
+    Args:
+        etcd: the connection.
+        keys: the key layout.
+        session: started session; owner keys are attached to its lease.
+        membership: started membership of this node.
+        config: partition count and limits.
+        on_acquired: awaited with the fence of each newly owned partition.
+        on_lost: awaited with (partition, reason) for each partition given up or lost.
+    """
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        keys: Keys,
+        session: Session,
+        membership: Membership,
+        config: OwnershipConfig,
+        *,
+        on_acquired: OnAcquired,
+        on_lost: OnLost,
+    ) -> None:
+        self._etcd = etcd
+        self._keys = keys
+        self._session = session
+        self._membership = membership
+        self.config = config
+        self._on_acquired = on_acquired
+        self._on_lost = on_lost
+        self._mirror = PrefixMirror(etcd, keys.owners_prefix())
+        self._owned: dict[int, Fence] = {}
+        self._undeleted: dict[int, Fence] = {}  # released, but the delete did not get through
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._stopping = False
+
+    @property
+    def node_id(self) -> str:
+        return self._membership.node_id
+
+    def owned(self) -> dict[int, Fence]:
+        """Partition -> fence of every partition this node currently owns (a copy)."""
+        return dict(self._owned)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reconciles ownership until the session ends or :meth:`release_all` is called.
+
+        Returns after the session was lost (every owned partition reported with
+        ``on_lost(p, "session lost")``) or after release_all. etcd errors are logged and
+        retried on the next round. Cancelling it leaves owned keys in place until the
+        session ends; call :meth:`release_all` or close the session for a clean stop.
+        """
+        remove = self._membership.add_listener(self._wake.set)
+        self._mirror.add_listener(lambda _listed: self._wake.set())
+        try:
+            while not self._stopping:
+                if self._session.done.is_set():
+                    async with self._lock:
+                        await self._lose_all(SESSION_LOST)
+                    return
+                self._wake.clear()
+                try:
+                    async with self._lock:
+                        if not self._stopping:
+                            await self._reconcile()
+                except Unavailable as exc:
+                    log.warning("node %s: ownership round failed: %s", self.node_id, exc)
+                await self._pause()
+        finally:
+            remove()
+            await self._mirror.close()
+
+    async def _pause(self) -> None:
+        waits = [
+            asyncio.ensure_future(self._wake.wait()),
+            asyncio.ensure_future(self._session.done.wait()),
+        ]
+        try:
+            await asyncio.wait(
+                waits, timeout=self.config.rebalance_interval_s, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _reconcile(self) -> None:
+        if not self._mirror.ready.is_set():
+            await self._mirror.start()
+        await self._retry_deletes()
+        await self._drop_fenced_out()
+        verdict = self._clock_verdict()
+        if verdict == "bad":
+            await self._membership.set_eligible(False)
+            await self._release(sorted(self._owned), CLOCK_SKEW)
+            return
+        if verdict == "ok":
+            await self._membership.set_eligible(True)
+        if not self._membership.info.eligible:
+            return
+        target = self.target()
+        excess = len(self._owned) - target
+        if excess > 0:
+            await self._release(self._release_choice(excess), REBALANCE)
+        elif excess < 0 and verdict == "ok":
+            await self._claim(-excess)
+
+    def target(self) -> int:
+        """This node's fair share: ceil(P / eligible live nodes)."""
+        eligible = self._membership.eligible_nodes() | {self.node_id}
+        return math.ceil(self.config.partitions / len(eligible))
+
+    def _clock_verdict(self) -> str:
+        """ "ok", "bad" (beyond the limit) or "unknown" (peers not heard from yet)."""
+        skew = self._membership.clock_skew_ms()
+        peers = set(self._membership.live_nodes()) - {self.node_id}
+        if skew is None:
+            return "unknown" if peers else "ok"
+        limit = self.config.max_clock_skew_ms
+        if abs(skew) > limit:
+            if self._membership.info.eligible:
+                log.warning(
+                    "node %s: clock skew %d ms > %d ms: owning nothing", self.node_id, skew, limit
+                )
+            return "bad"
+        if not self._membership.info.eligible and abs(skew) > 0.8 * limit:
+            return "bad"  # hysteresis: come back only well inside the limit
+        return "ok"
+
+    # -- claim and release ----------------------------------------------------------------------
+
+    def _free_partitions(self) -> list[int]:
+        taken = {self._keys.parse_owner_key(k) for k in self._mirror.items}
+        taken |= set(self._owned) | set(self._undeleted)
+        return [p for p in range(self.config.partitions) if p not in taken]
+
+    async def _claim(self, want: int) -> None:
+        peers = self._membership.eligible_nodes()
+        wanted = preference_order(self.node_id, self._free_partitions(), peers)[:want]
+        won: list[Fence] = []
+        for start in range(0, len(wanted), self.config.claim_batch):
+            chunk = wanted[start : start + self.config.claim_batch]
+            won.extend(await self._claim_batch(chunk))
+        for fence in won:
+            await self._acquired(fence)
+
+    async def _claim_batch(self, partitions: list[int]) -> list[Fence]:
+        value, lease = self.node_id.encode(), self._session.lease_id
+        ops = []
+        for p in partitions:
+            key = self._keys.owner_key(p)
+            ops.append(op_txn([cmp_create(key, 0)], [op_put(key, value, lease)]))
+        resp = await self._etcd.txn([], ops)
+        # Every write of one transaction has the transaction's revision: the epoch.
+        epoch = int(resp.header.revision)
+        won = []
+        for p, r in zip(partitions, resp.responses, strict=True):
+            if r.response_txn.succeeded:
+                fence = Fence(p, self._keys.owner_key(p), epoch)
+                self._owned[p] = fence
+                won.append(fence)
+        if won:
+            log.info(
+                "node %s claimed %s at epoch %d", self.node_id, [f.partition for f in won], epoch
+            )
+        return won
+
+    async def _acquired(self, fence: Fence) -> None:
+        if self._owned.get(fence.partition) != fence:
+            return  # lost again before we got to tell the node
+        try:
+            await self._on_acquired(fence)
+        except Exception:
+            log.exception("node %s: on_acquired(%d) failed", self.node_id, fence.partition)
+            await self._release([fence.partition], ACQUIRE_FAILED)
+
+    def _release_choice(self, count: int) -> list[int]:
+        peers = self._membership.eligible_nodes()
+        order = preference_order(self.node_id, sorted(self._owned), peers)
+        return order[-count:]
+
+    async def _release(self, partitions: list[int], reason: str) -> None:
+        """Gracefully gives partitions up: on_lost first, then fenced deletes."""
+        fences = [self._owned.pop(p) for p in partitions if p in self._owned]
+        for fence in fences:
+            await self._call_lost(fence.partition, reason)
+        self._undeleted.update({f.partition: f for f in fences})
+        await self._retry_deletes()
+        if fences:
+            log.info(
+                "node %s released %s (%s)", self.node_id, [f.partition for f in fences], reason
+            )
+
+    async def _retry_deletes(self) -> None:
+        fences = list(self._undeleted.values())
+        for start in range(0, len(fences), self.config.claim_batch):
+            chunk = fences[start : start + self.config.claim_batch]
+            ops = [op_txn([f.compare()], [op_delete(f.key)]) for f in chunk]
+            await self._etcd.txn([], ops)
+            for f in chunk:
+                self._undeleted.pop(f.partition, None)
+
+    async def _drop_fenced_out(self) -> None:
+        """Reports partitions whose owner key vanished or was re-created by someone else."""
+        for p, fence in sorted(self._owned.items()):
+            if self._mirror.revision < fence.epoch:
+                continue  # the mirror has not seen our claim yet
+            kv = self._mirror.items.get(fence.key)
+            if kv is None or kv.create_revision != fence.epoch:
+                del self._owned[p]
+                log.warning("node %s: partition %d epoch %d is gone", self.node_id, p, fence.epoch)
+                await self._call_lost(p, FENCED_OUT)
+
+    async def _lose_all(self, reason: str) -> None:
+        self._undeleted.clear()  # the lease is gone, and with it the keys
+        for p in sorted(self._owned):
+            del self._owned[p]
+            await self._call_lost(p, reason)
+
+    async def _call_lost(self, partition: int, reason: str) -> None:
+        try:
+            await self._on_lost(partition, reason)
+        except Exception:
+            log.exception("node %s: on_lost(%d, %s) failed", self.node_id, partition, reason)
+
+    # -- shutdown and status --------------------------------------------------------------------
+
+    async def release_all(self) -> None:
+        """Graceful shutdown: on_lost(p, "shutdown") then a fenced delete, for every partition.
+
+        Stops :meth:`run` from claiming again (it returns). Raises Unavailable when the
+        deletes could not be sent; the keys then vanish with the session lease.
+        """
+        self._stopping = True
+        self._wake.set()
+        async with self._lock:
+            await self._release(sorted(self._owned), SHUTDOWN)
+
+    async def partitions_status(self) -> list[tuple[int, str, int]]:
+        """(partition, owner node id or "", epoch or 0) for every partition, read from etcd."""
+        prefix = self._keys.owners_prefix()
+        kvs, _ = await self._etcd.range_all(prefix, prefix_end(prefix))
+        owners: dict[int, tuple[str, int]] = {}
+        for kv in kvs:
+            with contextlib.suppress(ValueError):
+                owners[self._keys.parse_owner_key(kv.key)] = (kv.value.decode(), kv.create_revision)
+        return [(p, *owners.get(p, ("", 0))) for p in range(self.config.partitions)]
