@@ -1,0 +1,108 @@
+"""The dispatcher's contracts: its config, the in-flight record and the node-side authority."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from schedd.v1 import worker_pb2
+
+#: Server options a node must pass to ``grpc.aio.server(options=...)`` so that workers that
+#: ping every 20-30 s (also while idle) are not dropped with "too many pings".
+KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_ping_strikes", 0),
+)
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """How the dispatcher paces worker streams.
+
+    Attributes:
+        heartbeat_interval_ms: Sent to workers in Welcome: how often they heartbeat a running
+            execution.
+        lease_timeout_ms: An in-flight execution whose lease is not renewed (by Started or a
+            Heartbeat) within this is reported lost and cancelled on its worker.
+        max_batch: At most this many items (dispatches + cancels + acks) per NodeMessage; a
+            full batch is sent at once.
+        flush_interval_ms: A batch that is not full is sent at most this long after its first
+            item was queued.
+        reap_interval_ms: How often the reaper looks for expired leases (on the injected clock).
+    """
+
+    heartbeat_interval_ms: int = 2000
+    lease_timeout_ms: int = 10000
+    max_batch: int = 512
+    flush_interval_ms: int = 2
+    reap_interval_ms: int = 250
+
+
+@dataclass
+class InFlight:
+    """One execution sent to a worker and not yet finished, lost or forgotten.
+
+    Attributes:
+        dispatch: Exactly what was sent (its ``fencing_token`` is the one in force).
+        worker_id: The worker's id from its Hello.
+        dispatched_ms: Clock reading when it was handed to the worker's stream.
+        lease_deadline_ms: Past this (on the dispatcher's clock) the execution is lost.
+    """
+
+    dispatch: worker_pb2.Dispatch
+    worker_id: str
+    dispatched_ms: int
+    lease_deadline_ms: int
+
+
+@dataclass
+class DispatchStats:
+    """Counters since the dispatcher was created (for tests and metrics)."""
+
+    node_messages_sent: int = 0
+    dispatches_sent: int = 0
+    cancels_sent: int = 0
+    acks_sent: int = 0
+    worker_batches_received: int = 0
+    results_received: int = 0
+    lost: int = 0
+
+
+class ExecutionAuthority(Protocol):
+    """What the node decides for the dispatcher: token checks and what happens after a loss.
+
+    Every method is awaited on the stream's reader (or the reaper), so a slow authority slows
+    that stream only. Exceptions are logged and do not end the stream.
+    """
+
+    async def on_started(self, worker_id: str, started: list[worker_pb2.Started]) -> None:
+        """Workers started these executions (the leases were already extended)."""
+        ...
+
+    async def on_heartbeats(
+        self, worker_id: str, heartbeats: list[worker_pb2.Heartbeat]
+    ) -> list[str]:
+        """Record heartbeats (and their checkpoints).
+
+        Returns:
+            The execution ids whose token is stale; the dispatcher sends Cancel for each.
+        """
+        ...
+
+    async def on_results(
+        self, worker_id: str, results: list[worker_pb2.Result]
+    ) -> list[worker_pb2.ResultAck]:
+        """Settle results: exactly one ack per result, in any order.
+
+        A stale token must be answered with ``accepted=False`` and
+        ``code=grpc.StatusCode.FAILED_PRECONDITION.value[0]``.
+        """
+        ...
+
+    async def on_lost(self, lost: list[InFlight], reason: str) -> None:
+        """These executions' worker vanished or their lease ran out.
+
+        The dispatcher has already dropped them; the node re-tokens and resubmits them.
+        """
+        ...

@@ -1,0 +1,357 @@
+"""The node's end of the worker streams: routing, credits, leases, loss detection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from schedd._clock import Clock, SystemClock
+from schedd._errors import InvalidArgument
+from schedd.dispatch._config import DispatchConfig, DispatchStats, ExecutionAuthority, InFlight
+from schedd.dispatch._pending import PendingDispatches, accepts
+from schedd.dispatch._session import WorkerSession, least_loaded
+from schedd.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_DEFAULT_CONFIG = DispatchConfig()
+
+REASON_DISCONNECTED = "worker disconnected"
+REASON_LEASE_EXPIRED = "lease expired"
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+
+
+class Dispatcher:
+    """Sends executions down worker streams and tells the node what became of them.
+
+    Contract:
+        * A dispatch goes only to a worker that consumes its queue and, for a handler target,
+          registered that handler (an empty ``handler`` with a ``target`` needs a worker that
+          accepts http or shell jobs).
+        * A stream never has more dispatches in flight than the credits its worker granted.
+        * Within a route, tenants take turns; among eligible workers the least loaded goes first.
+        * Each in-flight execution holds a lease (``now + lease_timeout_ms``) that Started and
+          Heartbeat renew; when it runs out, or the stream ends, the execution is dropped and
+          handed to :meth:`ExecutionAuthority.on_lost` (expired ones also get a Cancel).
+        * Dispatches with no eligible worker wait in memory, in order, until one connects.
+
+    All methods must be called on the event loop the gRPC server runs on.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        authority: ExecutionAuthority,
+        *,
+        config: DispatchConfig = _DEFAULT_CONFIG,
+        clock: Clock | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.stats = DispatchStats()
+        self._authority = authority
+        self._clock: Clock = clock or SystemClock()
+        self._sessions: dict[int, WorkerSession] = {}
+        self._next_session_id = 0
+        self._pending = PendingDispatches()
+        self._in_flight: dict[str, InFlight] = {}
+        self._session_of: dict[str, WorkerSession] = {}
+        self._pump_scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ---- public API -------------------------------------------------------------------------
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        """Register the Worker service on ``server`` (create it with KEEPALIVE_SERVER_OPTIONS)."""
+        from schedd.dispatch._servicer import WorkerStreamServicer
+
+        worker_pb2_grpc.add_WorkerServicer_to_server(WorkerStreamServicer(self), server)
+
+    def submit(self, dispatches: Sequence[worker_pb2.Dispatch]) -> None:
+        """Queue dispatches; they are sent as credits allow, many per stream message.
+
+        Never blocks. A dispatch for an execution already pending replaces it; one for an
+        execution in flight replaces that too (its old worker gets a Cancel for the old token).
+        """
+        for d in dispatches:
+            old = self._drop_in_flight(d.execution_id)
+            if old is not None:
+                session, flight = old
+                if flight.dispatch.fencing_token != d.fencing_token:
+                    session.send_cancel(
+                        d.execution_id, flight.dispatch.fencing_token, "resubmitted"
+                    )
+            self._pending.add(d)
+        self._schedule_pump()
+
+    def cancel(self, execution_id: str, token: int, reason: str) -> bool:
+        """Cancel an execution under ``token`` (0: whatever token is current).
+
+        Returns:
+            True if it was pending (now dropped) or in flight (a Cancel goes to its worker; it
+            stays in flight until its result, loss or :meth:`forget`), False otherwise.
+        """
+        pending = self._pending.get(execution_id)
+        if pending is not None and token in (0, pending.fencing_token):
+            self._pending.remove(execution_id)
+            return True
+        flight = self._in_flight.get(execution_id)
+        if flight is not None and token in (0, flight.dispatch.fencing_token):
+            self._session_of[execution_id].send_cancel(
+                execution_id, flight.dispatch.fencing_token, reason
+            )
+            return True
+        return False
+
+    def forget(self, execution_ids: Iterable[str]) -> None:
+        """Drop these executions from pending and in flight, with no callback (e.g. the
+        partition was lost). Their later results still reach :meth:`ExecutionAuthority.on_results`.
+        """
+        for eid in execution_ids:
+            self._pending.remove(eid)
+            self._drop_in_flight(eid)
+
+    def in_flight(self) -> dict[str, InFlight]:
+        """A snapshot of in-flight executions by execution id."""
+        return dict(self._in_flight)
+
+    def pending_count(self) -> int:
+        """Dispatches waiting for an eligible worker with credits."""
+        return len(self._pending)
+
+    def workers(self) -> list[scheduler_pb2.WorkerStatus]:
+        """One entry per connected stream (a worker reconnecting may briefly appear twice)."""
+        return [s.status(self.node_id) for s in self._sessions.values() if not s.closed]
+
+    async def start(self) -> None:
+        """Start the lease reaper."""
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_loop(), name="schedd-dispatch-reaper")
+        self._schedule_pump()
+
+    async def close(self) -> None:
+        """Stop the reaper and end every stream (workers reconnect elsewhere).
+
+        No on_lost callbacks are made for what is in flight: the node is going away and the
+        partitions' next owner re-tokens them.
+        """
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+            self._reaper = None
+        for s in list(self._sessions.values()):
+            s.end()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
+
+    def welcome(self) -> worker_pb2.Welcome:
+        return worker_pb2.Welcome(
+            node_id=self.node_id,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            lease_timeout_ms=self.config.lease_timeout_ms,
+        )
+
+    async def reap_expired(self) -> list[InFlight]:
+        """Drop, cancel and report every in-flight execution whose lease has run out now."""
+        now = self._clock.now_ms()
+        expired = [f for f in self._in_flight.values() if f.lease_deadline_ms <= now]
+        for f in expired:
+            dropped = self._drop_in_flight(f.dispatch.execution_id)
+            if dropped is not None:
+                dropped[0].send_cancel(
+                    f.dispatch.execution_id, f.dispatch.fencing_token, REASON_LEASE_EXPIRED
+                )
+        if expired:
+            await self._report_lost(expired, REASON_LEASE_EXPIRED)
+        return expired
+
+    # ---- used by the servicer ---------------------------------------------------------------
+
+    def open_session(self, hello: worker_pb2.Hello) -> WorkerSession:
+        """Register a stream that said ``hello``; raises InvalidArgument for a bad Hello."""
+        if not hello.worker_id:
+            raise InvalidArgument("hello.worker_id", "must not be empty")
+        if hello.capacity <= 0:
+            raise InvalidArgument("hello.capacity", f"must be positive, got {hello.capacity}")
+        if not hello.queues:
+            raise InvalidArgument("hello.queues", "must name at least one queue")
+        self._next_session_id += 1
+        session = WorkerSession(
+            self._next_session_id,
+            hello,
+            connected_ms=self._clock.now_ms(),
+            max_batch=self.config.max_batch,
+            flush_interval_ms=self.config.flush_interval_ms,
+            stats=self.stats,
+        )
+        self._sessions[session.session_id] = session
+        log.info("worker %s connected (queues %s)", hello.worker_id, list(hello.queues))
+        return session
+
+    def close_session(self, session: WorkerSession) -> None:
+        """The stream ended: everything in flight on it is lost (reported asynchronously)."""
+        session.end()
+        if self._sessions.pop(session.session_id, None) is None:
+            return
+        lost: list[InFlight] = []
+        for eid in list(session.in_flight):
+            dropped = self._drop_in_flight(eid)
+            if dropped is not None:
+                lost.append(dropped[1])
+        log.info("worker %s disconnected, %d in flight lost", session.worker_id, len(lost))
+        if lost and not self._closed:
+            self._spawn(self._report_lost(lost, REASON_DISCONNECTED))
+
+    async def handle_batch(self, session: WorkerSession, batch: worker_pb2.WorkerBatch) -> None:
+        """Apply one WorkerBatch: credits, then started, heartbeats and results."""
+        self.stats.worker_batches_received += 1
+        if batch.credits < 0:
+            raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
+        if batch.credits:
+            session.credits += batch.credits
+            self._schedule_pump()
+        if batch.started:
+            self._renew(session, [(s.execution_id, s.fencing_token) for s in batch.started])
+            started = list(batch.started)
+            await self._call(self._authority.on_started(session.worker_id, started), "on_started")
+        if batch.heartbeats:
+            await self._handle_heartbeats(session, list(batch.heartbeats))
+        if batch.results:
+            await self._handle_results(session, list(batch.results))
+
+    # ---- internals --------------------------------------------------------------------------
+
+    async def _handle_heartbeats(
+        self, session: WorkerSession, heartbeats: list[worker_pb2.Heartbeat]
+    ) -> None:
+        self._renew(session, [(h.execution_id, h.fencing_token) for h in heartbeats])
+        stale = await self._call(
+            self._authority.on_heartbeats(session.worker_id, heartbeats), "on_heartbeats"
+        )
+        if not stale:
+            return
+        tokens = {h.execution_id: h.fencing_token for h in heartbeats}
+        for eid in stale:
+            token = tokens.get(eid, 0)
+            session.send_cancel(eid, token, "stale fencing token")
+            flight = self._in_flight.get(eid)
+            if flight is not None and flight.dispatch.fencing_token == token:
+                self._drop_in_flight(eid)
+
+    async def _handle_results(
+        self, session: WorkerSession, results: list[worker_pb2.Result]
+    ) -> None:
+        self.stats.results_received += len(results)
+        for r in results:
+            flight = self._in_flight.get(r.execution_id)
+            if (
+                flight is not None
+                and flight.dispatch.fencing_token == r.fencing_token
+                and self._session_of.get(r.execution_id) is session
+            ):
+                self._drop_in_flight(r.execution_id)
+        acks = await self._call(
+            self._authority.on_results(session.worker_id, results), "on_results"
+        )
+        if acks is None:
+            acks = [
+                worker_pb2.ResultAck(
+                    execution_id=r.execution_id,
+                    fencing_token=r.fencing_token,
+                    accepted=False,
+                    code=_UNAVAILABLE,
+                    message="the node could not settle the result; it will be redelivered",
+                )
+                for r in results
+            ]
+        session.send_acks(acks)
+
+    def _renew(self, session: WorkerSession, items: list[tuple[str, int]]) -> None:
+        deadline = self._clock.now_ms() + self.config.lease_timeout_ms
+        for eid, token in items:
+            flight = self._in_flight.get(eid)
+            if (
+                flight is not None
+                and flight.dispatch.fencing_token == token
+                and self._session_of.get(eid) is session
+            ):
+                flight.lease_deadline_ms = max(flight.lease_deadline_ms, deadline)
+
+    def _drop_in_flight(self, execution_id: str) -> tuple[WorkerSession, InFlight] | None:
+        flight = self._in_flight.pop(execution_id, None)
+        session = self._session_of.pop(execution_id, None)
+        if flight is None or session is None:
+            return None
+        session.in_flight.discard(execution_id)
+        return session, flight
+
+    def _schedule_pump(self) -> None:
+        if self._pump_scheduled or self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop yet: start() pumps
+            return
+        self._pump_scheduled = True
+        loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Hand pending dispatches to workers with credits: one per route per pass."""
+        self._pump_scheduled = False
+        sessions = [s for s in self._sessions.values() if not s.closed and s.credits > 0]
+        if not sessions or not len(self._pending):
+            return
+        now = self._clock.now_ms()
+        lease = self.config.lease_timeout_ms
+        active = [(r, [s for s in sessions if accepts(s.hello, r)]) for r in self._pending.routes()]
+        active = [(r, el) for r, el in active if el]
+        while active:
+            still: list[tuple[Any, list[WorkerSession]]] = []
+            for route, eligible in active:
+                session = least_loaded(eligible, lambda s: True)
+                if session is None:
+                    continue
+                d = self._pending.pop(route)
+                if d is None:
+                    continue
+                session.send_dispatch(d)
+                self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, now + lease)
+                self._session_of[d.execution_id] = session
+                still.append((route, eligible))
+            active = still
+
+    async def _reap_loop(self) -> None:
+        interval = max(1, self.config.reap_interval_ms) / 1000.0
+        while True:
+            await self._clock.sleep(interval)
+            try:
+                await self.reap_expired()
+            except Exception:
+                log.exception("lease reaper failed; continuing")
+
+    async def _report_lost(self, lost: list[InFlight], reason: str) -> None:
+        self.stats.lost += len(lost)
+        log.warning("%d executions lost: %s", len(lost), reason)
+        await self._call(self._authority.on_lost(lost, reason), "on_lost")
+
+    async def _call(self, aw: Awaitable[_T], what: str) -> _T | None:
+        try:
+            return await aw
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("execution authority %s failed", what)
+            return None
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

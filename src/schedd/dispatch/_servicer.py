@@ -1,0 +1,94 @@
+"""The Worker gRPC servicer: a thin adapter from stream messages to the Dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from schedd._errors import InvalidArgument
+from schedd.dispatch._session import WorkerSession
+from schedd.v1 import worker_pb2, worker_pb2_grpc
+
+if TYPE_CHECKING:
+    from schedd.dispatch._dispatcher import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
+    """``Worker.Connect``: Hello → Welcome, then batches both ways until either side ends.
+
+    A first message that is not a Hello, a bad Hello, a second Hello or a message of unknown
+    kind aborts the stream with INVALID_ARGUMENT naming the field.
+    """
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._d = dispatcher
+
+    async def Connect(
+        self,
+        request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[worker_pb2.NodeMessage]:
+        hello = await self._read_hello(request_iterator, context)
+        try:
+            session = self._d.open_session(hello)
+        except InvalidArgument as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        yield worker_pb2.NodeMessage(welcome=self._d.welcome())
+        reader = asyncio.create_task(self._read(session, request_iterator))
+        try:
+            while (msg := await session.outgoing.get()) is not None:
+                yield msg
+        finally:
+            reader.cancel()
+            self._d.close_session(session)
+        if session.error is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, session.error)
+
+    @staticmethod
+    async def _read_hello(
+        it: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> worker_pb2.Hello:
+        try:
+            first = await it.__anext__()
+        except StopAsyncIteration:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "hello: the stream ended before a Hello"
+            )
+        kind = first.WhichOneof("kind")
+        if kind != "hello":
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"hello: the first WorkerMessage must be a Hello, got {kind or 'nothing'}",
+            )
+        return first.hello
+
+    async def _read(
+        self, session: WorkerSession, it: AsyncIterator[worker_pb2.WorkerMessage]
+    ) -> None:
+        """Apply worker messages in order; end the session when the worker is done."""
+        error: str | None = None
+        try:
+            async for msg in it:
+                kind = msg.WhichOneof("kind")
+                if kind == "batch":
+                    await self._d.handle_batch(session, msg.batch)
+                elif kind == "hello":
+                    error = "hello: sent a second time on the same stream"
+                    break
+                else:
+                    error = f"kind: unknown WorkerMessage kind {kind!r}"
+                    break
+        except InvalidArgument as e:
+            error = str(e)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the stream broke: the session ends below
+            log.debug("worker %s stream read failed: %r", session.worker_id, e)
+        session.end(error)

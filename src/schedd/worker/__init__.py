@@ -1,0 +1,20 @@
+"""The schedd worker SDK: register handlers, run them for the nodes, exactly once in effect.
+
+::
+
+    from schedd.worker import Context, Worker
+
+    worker = Worker(["10.0.0.1:7070", "10.0.0.2:7070"], queues=["default"], data_dir="/var/lib/w")
+
+    @worker.handler("echo")
+    async def echo(ctx: Context, payload: object) -> object:
+        return payload
+
+    worker.run_sync()
+"""
+
+from schedd.worker._context import Context, PermanentError
+from schedd.worker._fenced import FencedStore, StaleWrite
+from schedd.worker._worker import Worker
+
+__all__ = ["Context", "FencedStore", "PermanentError", "StaleWrite", "Worker"]

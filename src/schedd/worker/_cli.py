@@ -1,0 +1,56 @@
+"""Glue for ``schedd worker``: build a Worker from flags, import handler modules, run."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from schedd.worker._worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+def run_worker_from_cli(
+    connect: str,
+    queues: list[str],
+    imports: list[str],
+    worker_id: str | None,
+    capacity: int,
+    data_dir: str | None,
+) -> int:
+    """Run a worker until SIGINT/SIGTERM (then stop gracefully).
+
+    Args:
+        connect: Node addresses, comma-separated (``host:port,host:port``).
+        queues: Queues to consume (empty: ``default``).
+        imports: Modules to import; each must define ``def register(worker: Worker) -> None``
+            that registers its handlers.
+        worker_id: Stable id (None: kept in ``data_dir/worker_id``).
+        capacity: Executions run at once.
+        data_dir: Ledger and checkpoints (None: a temporary directory).
+
+    Returns:
+        0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
+    """
+    endpoints = [e.strip() for e in connect.split(",") if e.strip()]
+    try:
+        worker = Worker(
+            endpoints,
+            queues=queues or ["default"],
+            worker_id=worker_id,
+            capacity=capacity,
+            data_dir=data_dir,
+        )
+        for name in imports:
+            module = importlib.import_module(name)
+            register = getattr(module, "register", None)
+            if not callable(register):
+                raise ValueError(f"module {name!r} has no register(worker) function")
+            register(worker)
+    except (ImportError, ValueError) as e:
+        log.error("cannot start worker: %s", e)
+        return 2
+    if not worker.handler_names:
+        log.warning("no handlers registered: this worker will only run nothing")
+    worker.run_sync()
+    return 0

@@ -1,0 +1,224 @@
+"""One worker stream to one node, and the credit pool the worker's streams share."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from schedd.v1 import worker_pb2, worker_pb2_grpc
+
+if TYPE_CHECKING:
+    from schedd.worker._worker import Worker
+
+log = logging.getLogger(__name__)
+
+#: Client keepalive: ping every 25 s, also while idle (nodes permit it, see LIBRARIES.md).
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", 25_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+_FLUSH_S = 0.002
+_MAX_BATCH = 512
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+class CreditPool:
+    """Slots for ``capacity`` concurrent executions, granted out to live streams.
+
+    Invariant: free + (credits granted and unused, over all streams) + (executions holding a
+    slot) == capacity. A freed slot goes to the live stream with the fewest outstanding
+    (unused + running), so a node that joins later gets its share as work finishes.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.free = capacity
+        self.accepting = True
+        self._conns: list[NodeConnection] = []
+
+    def attach(self, conn: NodeConnection) -> None:
+        self._conns.append(conn)
+        self.distribute()
+
+    def detach(self, conn: NodeConnection) -> None:
+        if conn in self._conns:
+            self._conns.remove(conn)
+        self.free += conn.unused
+        conn.unused = 0
+        self.distribute()
+
+    def release(self) -> None:
+        """An execution (or an unused dispatch credit) gave its slot back."""
+        self.free += 1
+        self.distribute()
+
+    def distribute(self) -> None:
+        while self.accepting and self.free > 0 and self._conns:
+            conn = min(self._conns, key=lambda c: c.unused + c.running)
+            conn.grant(1)
+            self.free -= 1
+
+
+class NodeConnection:
+    """Keeps a stream to one node open (reconnecting with backoff and jitter) until stopped.
+
+    Outgoing items are buffered into one WorkerBatch and written at most ~2 ms after the first
+    item; the ledger is flushed before each write, so no Result leaves before it is recorded.
+    """
+
+    def __init__(self, worker: Worker, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.welcome: worker_pb2.Welcome | None = None
+        self.live = False
+        #: Credits granted on the current stream and not yet used by a dispatch.
+        self.unused = 0
+        #: Executions holding a slot whose results go out on this connection.
+        self.running = 0
+        self.messages_received = 0
+        self._worker = worker
+        self._batch = worker_pb2.WorkerBatch()
+        self._items = 0
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing = asyncio.Event()
+
+    # ---- buffering ----------------------------------------------------------------------------
+
+    def grant(self, n: int) -> None:
+        self.unused += n
+        self._batch.credits += n
+        self._added()
+
+    def add_started(self, execution_id: str, token: int, started_ms: int) -> None:
+        self._batch.started.add(
+            execution_id=execution_id, fencing_token=token, started_ms=started_ms
+        )
+        self._added()
+
+    def add_heartbeat(self, execution_id: str, token: int, checkpoint: bytes | None) -> None:
+        hb = self._batch.heartbeats.add(execution_id=execution_id, fencing_token=token)
+        if checkpoint is not None:
+            hb.checkpoint = checkpoint
+            hb.has_checkpoint = True
+        self._added()
+
+    def add_result(self, result: worker_pb2.Result) -> None:
+        if not self.live:
+            log.debug(
+                "stream to %s is down; result %s stays in the ledger only",
+                self.endpoint,
+                result.execution_id,
+            )
+            return
+        self._batch.results.append(result)
+        self._added()
+
+    def _added(self) -> None:
+        if not self.live:
+            return
+        self._items += 1
+        if self._items >= _MAX_BATCH:
+            self._wake.set()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._wake.set)
+
+    def _take(self) -> worker_pb2.WorkerMessage | None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._items and not self._batch.credits:
+            return None
+        msg = worker_pb2.WorkerMessage(batch=self._batch)
+        self._batch = worker_pb2.WorkerBatch()
+        self._items = 0
+        return msg
+
+    # ---- the stream ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect until :meth:`close` (or cancellation)."""
+        attempt = 0
+        while not self._closing.is_set():
+            try:
+                welcomed = await self._serve_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("stream to %s failed: %s", self.endpoint, _describe(e))
+                welcomed = False
+            if self._closing.is_set():
+                return
+            attempt = 0 if welcomed else attempt + 1
+            delay = random.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_MIN_S * 2**attempt))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), timeout=delay)
+
+    async def close(self) -> None:
+        """End the stream after writing what is buffered (the node then ends its side)."""
+        self._closing.set()
+        self._wake.set()
+
+    async def _serve_once(self) -> bool:
+        async with grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS) as channel:
+            call = worker_pb2_grpc.WorkerStub(channel).Connect()
+            await call.write(worker_pb2.WorkerMessage(hello=self._worker.hello()))
+            first = await call.read()
+            if not isinstance(first, worker_pb2.NodeMessage) or not first.HasField("welcome"):
+                raise ConnectionError(f"{self.endpoint} did not answer Hello with Welcome")
+            self.welcome = first.welcome
+            log.info("connected to node %s at %s", first.welcome.node_id, self.endpoint)
+            self.live = True
+            self._worker.pool.attach(self)
+            writer = asyncio.create_task(self._write_loop(call))
+            try:
+                await self._read_loop(call)
+            finally:
+                self.live = False
+                self._worker.pool.detach(self)
+                writer.cancel()
+                await asyncio.gather(writer, return_exceptions=True)
+                self._batch = worker_pb2.WorkerBatch()
+                self._items = 0
+                call.cancel()
+            return True
+
+    async def _read_loop(self, call: Any) -> None:
+        while True:
+            msg = await call.read()
+            if msg is grpc.aio.EOF:
+                return
+            self.messages_received += 1
+            kind = msg.WhichOneof("kind")
+            if kind == "batch":
+                self._worker.on_node_batch(self, msg.batch)
+            elif kind == "welcome":
+                self.welcome = msg.welcome
+            else:
+                raise ConnectionError(f"unknown NodeMessage kind {kind!r} from {self.endpoint}")
+
+    async def _write_loop(self, call: Any) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._worker.ledger.flush()
+            msg = self._take()
+            if msg is not None:
+                await call.write(msg)
+            if self._closing.is_set():
+                await call.done_writing()
+                return
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, grpc.aio.AioRpcError):
+        return f"{e.code().name}: {e.details()}"
+    return f"{type(e).__name__}: {e}"
