@@ -1,0 +1,1 @@
+"""Command-line entry points: ``schedctl`` (:mod:`schedd.cli.schedctl`) and ``schedd``."""

@@ -1,0 +1,83 @@
+"""What every schedctl command shares: global settings, the client, and local input parsing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import click
+
+from schedd.cli._output import FORMATS
+from schedd.client import Client
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Settings:
+    """Global options, read once at the edge."""
+
+    endpoints: str = "127.0.0.1:7070"
+    timeout_s: float = 10.0
+    output: str = "table"
+    _client: Client | None = field(default=None, repr=False)
+
+    def client(self) -> Client:
+        """The client, created on first use (so bad local input never opens a channel)."""
+        if self._client is None:
+            self._client = Client(self.endpoints, timeout_s=self.timeout_s)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def settings() -> Settings:
+    """The current command's settings."""
+    return click.get_current_context().ensure_object(Settings)
+
+
+def _set_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Settings).output = value
+
+
+def output_option(func: F) -> F:
+    """``-o/--output``, accepted after the subcommand too (it overrides the global one)."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(FORMATS),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_output,
+        help="Output format.",
+    )(func)
+
+
+def parse_json(option: str, text: str | None) -> Any:
+    """The value of a JSON option; a click usage error naming the option when it does not parse."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc})", param_hint=option) from exc
+
+
+def parse_labels(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    """``("team=ops", "tier=1")`` -> ``{"team": "ops", "tier": "1"}`` (None when empty)."""
+    if not pairs:
+        return None
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--label")
+        labels[key] = value
+    return labels

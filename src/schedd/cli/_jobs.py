@@ -1,0 +1,235 @@
+"""``schedctl job ...``: create, get, list, update, delete, pause, resume, trigger, backfill."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+import click
+from rich.table import Table
+
+from schedd.cli._context import output_option, parse_json, parse_labels, settings
+from schedd.cli._output import emit, local_time, rows_table
+from schedd.cli._runs import emit_executions
+from schedd.client import UNSET, execution_to_dict, job_to_dict
+from schedd.v1 import job_pb2
+
+MISFIRE = click.Choice(["catch_up", "once", "skip"], case_sensitive=False)
+OVERLAP = click.Choice(["allow", "forbid", "buffer_one", "replace"], case_sensitive=False)
+
+
+def _target_text(job: job_pb2.Job) -> str:
+    kind = job.WhichOneof("target")
+    if kind == "handler":
+        return f"{job.handler.name} ({job.handler.queue})"
+    if kind == "http":
+        return f"{job.http.method or 'POST'} {job.http.url}"
+    if kind == "shell":
+        return shlex.join(job.shell.argv)
+    return "-"
+
+
+def emit_jobs(jobs: list[job_pb2.Job]) -> None:
+    """Print jobs as a table or as a list of dicts."""
+    now = int(time.time() * 1000)
+
+    def table() -> Table:
+        rows = [
+            (
+                j.id,
+                j.name,
+                j.tenant,
+                f"{j.schedule.expr} [{j.schedule.timezone}]",
+                _target_text(j),
+                "paused" if j.paused else "active",
+                local_time(j.next_fire_ms, now),
+            )
+            for j in jobs
+        ]
+        cols = ("ID", "NAME", "TENANT", "SCHEDULE", "TARGET", "STATE", "NEXT FIRE")
+        return rows_table(cols, rows)
+
+    emit(settings().output, [job_to_dict(j) for j in jobs], table)
+
+
+def emit_job(job: job_pb2.Job) -> None:
+    """Print one job: a field table, or its dict."""
+    emit(settings().output, job_to_dict(job))
+
+
+@click.group("job")
+def job_group() -> None:
+    """Create and manage jobs."""
+
+
+def _target_kwargs(handler: str | None, http: str | None, shell: str | None) -> dict[str, Any]:
+    if shell is not None:
+        try:
+            return {"shell": shlex.split(shell)}
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--shell") from exc
+    return {"handler": handler, "http": http}
+
+
+@job_group.command("create")
+@click.argument("name")
+@click.option("--schedule", "-s", required=True, help="Cron, @every 10s, @at ISO, @after 90s.")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--handler", help="Handler name (a worker registers it).")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--http", "http_url", help="Webhook URL instead of a handler.")
+@click.option("--shell", help="Command line instead of a handler (split like a shell).")
+@click.option("--payload", help="JSON payload.")
+@click.option("--max-attempts", type=int, default=0)
+@click.option("--timeout", help="Per-attempt timeout, e.g. 30s.")
+@click.option("--misfire", type=MISFIRE, default="once", show_default=True)
+@click.option("--catch-up-limit", type=int, default=0)
+@click.option("--starting-deadline", help="Drop a fire this late, e.g. 1m.")
+@click.option("--overlap", type=OVERLAP, default="allow", show_default=True)
+@click.option("--jitter", help="Spread fires over this long, e.g. 5s.")
+@click.option("--idempotency-key", default="")
+@click.option("--tenant", default="")
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
+@click.option("--id", "job_id", default="", help="Choose the job id.")
+@output_option
+def job_create(name: str, **opts: Any) -> None:
+    """Create a job NAME."""
+    handler, http, shell = opts.pop("handler"), opts.pop("http_url"), opts.pop("shell")
+    if handler is None and http is None and shell is None:
+        raise click.UsageError("one of --handler, --http or --shell is required")
+    payload = parse_json("--payload", opts.pop("payload"))
+    labels = parse_labels(opts.pop("labels"))
+    result = (
+        settings()
+        .client()
+        .create_job(
+            name, payload=payload, labels=labels, **_target_kwargs(handler, http, shell), **opts
+        )
+    )
+    emit_job(result.job)
+
+
+@job_group.command("get")
+@click.argument("job_id")
+@output_option
+def job_get(job_id: str) -> None:
+    """Show one job."""
+    emit_job(settings().client().get_job(job_id))
+
+
+def _list_once(tenant: str, prefix: str, limit: int) -> list[job_pb2.Job]:
+    jobs: list[job_pb2.Job] = []
+    for job in settings().client().list_jobs(tenant, prefix, page_size=min(limit, 1000)):
+        jobs.append(job)
+        if len(jobs) >= limit:
+            break
+    return jobs
+
+
+@job_group.command("list")
+@click.option("--tenant", default="")
+@click.option("--prefix", "name_prefix", default="", help="Only names starting with this.")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds.")
+@click.option("--interval", type=click.FloatRange(min=0.5), default=2.0)
+@output_option
+def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: float) -> None:
+    """List jobs."""
+    if not watch:
+        emit_jobs(_list_once(tenant, name_prefix, limit))
+        return
+    from rich.live import Live
+
+    from schedd.cli._output import console
+
+    with Live(console=console(), refresh_per_second=2) as live:
+        while True:
+            jobs = _list_once(tenant, name_prefix, limit)
+            rows = [(j.id, j.name, j.schedule.expr, local_time(j.next_fire_ms)) for j in jobs]
+            live.update(rows_table(("ID", "NAME", "SCHEDULE", "NEXT FIRE"), rows))
+            time.sleep(interval)
+
+
+@job_group.command("update")
+@click.argument("job_id")
+@click.option("--name")
+@click.option("--schedule", "-s")
+@click.option("--tz")
+@click.option("--handler")
+@click.option("--queue")
+@click.option("--payload", help="New JSON payload.")
+@click.option("--clear-payload", is_flag=True)
+@click.option("--max-attempts", type=int)
+@click.option("--timeout")
+@click.option("--misfire", type=MISFIRE)
+@click.option("--catch-up-limit", type=int)
+@click.option("--starting-deadline")
+@click.option("--overlap", type=OVERLAP)
+@click.option("--jitter")
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE; replaces all labels.")
+@click.option("--expected-version", type=int, default=0)
+@output_option
+def job_update(job_id: str, **opts: Any) -> None:
+    """Change some fields of a job (only the options given)."""
+    payload: Any = UNSET
+    if opts.pop("clear_payload"):
+        payload = None
+    raw = opts.pop("payload")
+    if raw is not None:
+        payload = parse_json("--payload", raw)
+    opts["labels"] = parse_labels(opts.pop("labels"))
+    emit_job(settings().client().update_job(job_id, payload=payload, **opts))
+
+
+@job_group.command("delete")
+@click.argument("job_id")
+@output_option
+def job_delete(job_id: str) -> None:
+    """Delete a job and its pending executions."""
+    cancelled = settings().client().delete_job(job_id)
+    emit(settings().output, {"id": job_id, "deleted": True, "cancelled_executions": cancelled})
+
+
+@job_group.command("pause")
+@click.argument("job_id")
+@output_option
+def job_pause(job_id: str) -> None:
+    """Stop a job firing until resumed."""
+    emit_job(settings().client().pause_job(job_id))
+
+
+@job_group.command("resume")
+@click.argument("job_id")
+@output_option
+def job_resume(job_id: str) -> None:
+    """Resume a paused job."""
+    emit_job(settings().client().resume_job(job_id))
+
+
+@job_group.command("trigger")
+@click.argument("job_id")
+@click.option("--payload", help="JSON payload for this run only.")
+@output_option
+def job_trigger(job_id: str, payload: str | None) -> None:
+    """Run a job once, now."""
+    value = parse_json("--payload", payload)
+    execution = settings().client().trigger_job(job_id, value)
+    emit(settings().output, execution_to_dict(execution))
+
+
+@job_group.command("backfill")
+@click.argument("job_id")
+@click.option("--start", required=True, help="ISO-8601 time (inclusive).")
+@click.option("--end", required=True, help="ISO-8601 time (exclusive).")
+@click.option("--limit", type=click.IntRange(min=0), default=0)
+@output_option
+def job_backfill(job_id: str, start: str, end: str, limit: int) -> None:
+    """Create one execution per scheduled fire in [START, END)."""
+    from schedd.client import parse_time_ms
+
+    start_ms, end_ms = parse_time_ms(start, "--start"), parse_time_ms(end, "--end")
+    result = settings().client().backfill_job(job_id, start_ms, end_ms, limit)
+    emit_executions(result.executions)
+    if result.truncated:
+        click.echo(f"schedctl: {result.truncated} more fires left out by --limit", err=True)

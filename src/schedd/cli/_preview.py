@@ -1,0 +1,70 @@
+"""``schedctl preview``: the next fires of a schedule, computed offline."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import click
+
+from schedd._errors import InvalidArgument
+from schedd.cli._context import output_option, settings
+from schedd.cli._output import emit, relative, rows_table
+from schedd.client import iso_utc, parse_time_ms
+
+
+def preview_fires(expr: str, tz: str, after_ms: int, count: int) -> dict[str, Any]:
+    """The preview document: ``{"schedule", "tz", "fires": [{"utc", "local"}, ...]}``.
+
+    Raises:
+        InvalidArgument: The expression or the time zone cannot be used.
+    """
+    from schedd.schedule import parse_schedule, validate_timezone
+
+    zone_name = validate_timezone(tz)
+    schedule = parse_schedule(expr, zone_name, anchor_ms=after_ms)
+    zone = ZoneInfo(zone_name)
+    fires = []
+    for ms in schedule.fires(after_ms, limit=count):
+        local = datetime.fromtimestamp(ms / 1000, tz=zone)
+        spec = "milliseconds" if ms % 1000 else "seconds"
+        fires.append({"utc": iso_utc(ms), "local": local.isoformat(timespec=spec), "ms": ms})
+    return {"schedule": expr, "tz": zone_name, "fires": fires}
+
+
+@click.command("preview")
+@click.argument("schedule")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--after", help="Start from this ISO-8601 time (default: now).")
+@click.option("--count", "-n", type=int, default=10, show_default=True)
+@output_option
+def preview(schedule: str, tz: str, after: str | None, count: int) -> None:
+    """Show the next fires of SCHEDULE, offline (no server needed)."""
+    if count < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--count")
+    now_ms = int(time.time() * 1000)
+    after_ms = now_ms if after is None else parse_time_ms(after, "--after")
+    try:
+        doc = preview_fires(schedule, tz, after_ms, count)
+    except InvalidArgument as exc:
+        raise click.BadParameter(exc.reason, param_hint=_hint(exc.field)) from exc
+    rows = [
+        (i + 1, fire["local"], fire["utc"], relative(fire["ms"], now_ms))
+        for i, fire in enumerate(doc["fires"])
+    ]
+    for fire in doc["fires"]:
+        del fire["ms"]
+    title = f"{schedule} [{doc['tz']}]"
+    emit(
+        settings().output,
+        doc,
+        lambda: rows_table(("#", f"LOCAL ({doc['tz']})", "UTC", "WHEN"), rows, title=title),
+    )
+
+
+def _hint(field: str) -> str:
+    if field.endswith("timezone"):
+        return "--tz"
+    return "SCHEDULE"

@@ -1,0 +1,49 @@
+"""The client SDK: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio).
+
+Both take the same arguments and have the same methods; results are the protobuf wire types
+(:mod:`schedd.v1`) plus :class:`CreateJobResult` and :class:`BackfillResult`. Errors are
+:class:`~schedd.SchedError` subclasses. :func:`job_to_dict` and :func:`execution_to_dict` give
+JSON-friendly views for output.
+"""
+
+from schedd.client._async import AsyncClient
+from schedd.client._channel import IDEMPOTENT_METHODS, grpc_target, service_config
+from schedd.client._convert import (
+    cluster_status_to_dict,
+    decode_payload,
+    encode_payload,
+    execution_to_dict,
+    iso_utc,
+    job_to_dict,
+    parse_time_ms,
+    to_duration_ms,
+)
+from schedd.client._requests import (
+    UNSET,
+    BackfillResult,
+    CreateJobResult,
+    build_job,
+    build_update,
+)
+from schedd.client._sync import Client
+
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "UNSET",
+    "AsyncClient",
+    "BackfillResult",
+    "Client",
+    "CreateJobResult",
+    "build_job",
+    "build_update",
+    "cluster_status_to_dict",
+    "decode_payload",
+    "encode_payload",
+    "execution_to_dict",
+    "grpc_target",
+    "iso_utc",
+    "job_to_dict",
+    "parse_time_ms",
+    "service_config",
+    "to_duration_ms",
+]

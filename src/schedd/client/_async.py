@@ -1,0 +1,273 @@
+"""The asyncio client (grpc.aio): the methods of :class:`~schedd.client.Client` as coroutines."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from schedd._errors import SchedError
+from schedd._status import from_rpc_error, item_error_to_exception
+from schedd.client._channel import channel_spec
+from schedd.client._convert import encode_payload, parse_time_ms
+from schedd.client._requests import (
+    UNSET,
+    BackfillResult,
+    CreateJobResult,
+    build_job,
+    build_update,
+    state_values,
+)
+from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+log = logging.getLogger("schedd.client")
+_Resp = TypeVar("_Resp")
+_Time = datetime | str | int
+
+
+class AsyncClient:
+    """An asyncio client of the Scheduler API (create it inside the running loop).
+
+    Every call has a deadline (``timeout_s``) and raises a :class:`~schedd.SchedError`
+    subclass on failure (``NotFound``, ``InvalidArgument`` with its ``field``, ``Unavailable``
+    when no node answers, ...). Reads are retried on UNAVAILABLE by the channel itself::
+
+        async with AsyncClient("10.0.0.1:7070,10.0.0.2:7070") as client:
+            job = (await client.create_job("report", schedule="0 9 * * 1-5", tz="Europe/Berlin",
+                                           handler="send_report")).job
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str] = "127.0.0.1:7070",
+        *,
+        timeout_s: float = 10.0,
+        tls: bool | str | Path | None = None,
+    ) -> None:
+        """Open a channel over every endpoint.
+
+        Args:
+            endpoints: ``HOST:PORT`` items, as a sequence or comma-separated.
+            timeout_s: The deadline of every call, in seconds.
+            tls: True for TLS with the system roots, or the path of a root certificate.
+        """
+        spec = channel_spec(endpoints, tls)
+        self.timeout_s = timeout_s
+        self.target = spec.target
+        if spec.credentials is None:
+            self._channel = grpc.aio.insecure_channel(spec.target, options=spec.options)
+        else:
+            self._channel = grpc.aio.secure_channel(spec.target, spec.credentials, spec.options)
+        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+
+    async def _call(
+        self, method: grpc.aio.UnaryUnaryMultiCallable[Any, _Resp], request: Any
+    ) -> _Resp:
+        try:
+            return await method(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            err = from_rpc_error(exc)
+            log.debug("call failed: %s", err)
+            raise err from None
+
+    # -- jobs -----------------------------------------------------------------------------------
+    async def create_job(
+        self,
+        name: str,
+        *,
+        schedule: str,
+        tz: str = "UTC",
+        handler: str | None = None,
+        queue: str = "default",
+        http: str | job_pb2.HttpTarget | None = None,
+        shell: Sequence[str] | job_pb2.ShellTarget | None = None,
+        payload: Any = None,
+        max_attempts: int = 0,
+        timeout: float | str | None = None,
+        misfire: str = "once",
+        catch_up_limit: int = 0,
+        starting_deadline: float | str | None = None,
+        overlap: str = "allow",
+        jitter: float | str | None = None,
+        idempotency_key: str = "",
+        tenant: str = "",
+        labels: Mapping[str, str] | None = None,
+        job_id: str = "",
+    ) -> CreateJobResult:
+        """Create a job (arguments as in :func:`schedd.client.build_job`).
+
+        Returns:
+            The stored job and whether it was created (False: same idempotency key).
+        """
+        job = build_job(
+            name, schedule=schedule, tz=tz, handler=handler, queue=queue, http=http,
+            shell=shell, payload=payload, max_attempts=max_attempts, timeout=timeout,
+            misfire=misfire, catch_up_limit=catch_up_limit,
+            starting_deadline=starting_deadline, overlap=overlap, jitter=jitter,
+            idempotency_key=idempotency_key, tenant=tenant, labels=labels, job_id=job_id,
+        )  # fmt: skip
+        resp = await self._call(self._stub.CreateJob, scheduler_pb2.CreateJobRequest(job=job))
+        return CreateJobResult(resp.job, resp.created)
+
+    async def create_jobs(self, jobs: Sequence[job_pb2.Job]) -> list[job_pb2.Job | SchedError]:
+        """Create many jobs in one call: per item the stored job or the error it failed with."""
+        req = scheduler_pb2.BatchCreateJobsRequest(jobs=jobs)
+        resp = await self._call(self._stub.BatchCreateJobs, req)
+        return [
+            r.ok.job if r.WhichOneof("outcome") == "ok" else item_error_to_exception(r.error)
+            for r in resp.results
+        ]
+
+    async def get_job(self, job_id: str) -> job_pb2.Job:
+        """The job with this id (``NotFound`` if none)."""
+        return await self._call(self._stub.GetJob, scheduler_pb2.GetJobRequest(id=job_id))
+
+    async def list_jobs_page(
+        self, tenant: str = "", name_prefix: str = "", page_size: int = 100, page_token: str = ""
+    ) -> scheduler_pb2.ListJobsResponse:
+        """One page of jobs; pass its ``next_page_token`` for the next one."""
+        req = scheduler_pb2.ListJobsRequest(
+            tenant=tenant, name_prefix=name_prefix, page_size=page_size, page_token=page_token
+        )
+        return await self._call(self._stub.ListJobs, req)
+
+    async def list_jobs(
+        self, tenant: str = "", name_prefix: str = "", page_size: int = 100
+    ) -> AsyncIterator[job_pb2.Job]:
+        """Every matching job, fetching pages as the iteration goes."""
+        token = ""
+        while True:
+            page = await self.list_jobs_page(tenant, name_prefix, page_size, token)
+            for job in page.jobs:
+                yield job
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update_job(
+        self, job_id: str, *, payload: Any = UNSET, expected_version: int = 0, **changes: Any
+    ) -> job_pb2.Job:
+        """Change the given fields only (``name``, ``schedule``, ``tz``, ``handler``,
+        ``queue``, ``http``, ``shell``, ``payload``, ``max_attempts``, ``timeout``, ``misfire``,
+        ``catch_up_limit``, ``starting_deadline``, ``overlap``, ``jitter``, ``labels``).
+
+        ``payload=None`` clears the payload; a non-zero ``expected_version`` makes the update
+        conditional (``Conflict`` when the stored version differs).
+        """
+        req = build_update(job_id, expected_version=expected_version, payload=payload, **changes)
+        return await self._call(self._stub.UpdateJob, req)
+
+    async def delete_job(self, job_id: str) -> int:
+        """Delete a job; returns how many pending executions were cancelled with it."""
+        req = scheduler_pb2.DeleteJobRequest(id=job_id)
+        return (await self._call(self._stub.DeleteJob, req)).cancelled_executions
+
+    async def pause_job(self, job_id: str) -> job_pb2.Job:
+        """Stop firing the job until it is resumed."""
+        return await self._call(self._stub.PauseJob, scheduler_pb2.PauseJobRequest(id=job_id))
+
+    async def resume_job(self, job_id: str) -> job_pb2.Job:
+        """Resume a paused job."""
+        return await self._call(self._stub.ResumeJob, scheduler_pb2.ResumeJobRequest(id=job_id))
+
+    async def trigger_job(self, job_id: str, payload: Any = None) -> execution_pb2.Execution:
+        """Run the job once now; ``payload`` (if given) overrides the job's for this run."""
+        req = scheduler_pb2.TriggerJobRequest(id=job_id, payload=encode_payload(payload))
+        return await self._call(self._stub.TriggerJob, req)
+
+    async def backfill_job(
+        self, job_id: str, start: _Time, end: _Time, limit: int = 0
+    ) -> BackfillResult:
+        """One execution per scheduled fire in ``[start, end)`` (datetimes, ISO text or ms)."""
+        req = scheduler_pb2.BackfillJobRequest(
+            id=job_id,
+            start_ms=parse_time_ms(start, "start"),
+            end_ms=parse_time_ms(end, "end"),
+            limit=limit,
+        )
+        resp = await self._call(self._stub.BackfillJob, req)
+        return BackfillResult(list(resp.executions), resp.truncated)
+
+    # -- executions -----------------------------------------------------------------------------
+    async def get_execution(self, execution_id: str) -> execution_pb2.Execution:
+        """The execution with this id (``"{job_id}@{scheduled_ms}"``)."""
+        req = scheduler_pb2.GetExecutionRequest(id=execution_id)
+        return await self._call(self._stub.GetExecution, req)
+
+    async def list_executions(
+        self,
+        job_id: str = "",
+        states: Iterable[int | str] = (),
+        tenant: str = "",
+        limit: int = 100,
+    ) -> list[execution_pb2.Execution]:
+        """Up to ``limit`` executions, newest first; ``states`` as enum values or names."""
+        out: list[execution_pb2.Execution] = []
+        req = scheduler_pb2.ListExecutionsRequest(
+            job_id=job_id,
+            tenant=tenant,
+            states=state_values(states),  # type: ignore[arg-type]
+        )
+        while len(out) < limit:
+            req.page_size = min(limit - len(out), 1000)
+            resp = await self._call(self._stub.ListExecutions, req)
+            out.extend(resp.executions)
+            if not resp.next_page_token:
+                break
+            req.page_token = resp.next_page_token
+        return out[:limit]
+
+    async def list_dead_letters(
+        self, tenant: str = "", job_id: str = "", limit: int = 100
+    ) -> list[execution_pb2.Execution]:
+        """Up to ``limit`` executions from the dead-letter queue."""
+        out: list[execution_pb2.Execution] = []
+        req = scheduler_pb2.ListDeadLettersRequest(tenant=tenant, job_id=job_id)
+        while len(out) < limit:
+            req.page_size = min(limit - len(out), 1000)
+            resp = await self._call(self._stub.ListDeadLetters, req)
+            out.extend(resp.executions)
+            if not resp.next_page_token:
+                break
+            req.page_token = resp.next_page_token
+        return out[:limit]
+
+    async def redrive(
+        self, execution_ids: Sequence[str] = (), tenant: str = "", job_id: str = ""
+    ) -> list[execution_pb2.Execution]:
+        """Put dead executions back (the given ids, else all matching tenant and job)."""
+        req = scheduler_pb2.RedriveDeadLettersRequest(
+            execution_ids=execution_ids, tenant=tenant, job_id=job_id
+        )
+        return list((await self._call(self._stub.RedriveDeadLetters, req)).executions)
+
+    async def cluster_status(self) -> scheduler_pb2.ClusterStatus:
+        """Nodes, partition owners with their epochs, and connected workers."""
+        return await self._call(
+            self._stub.GetClusterStatus, scheduler_pb2.GetClusterStatusRequest()
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+__all__ = ["AsyncClient"]

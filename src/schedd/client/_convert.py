@@ -1,0 +1,227 @@
+"""Wire types to JSON-friendly dicts, and the small value conversions the client needs.
+
+Times appear twice: ``*_ms`` (the raw milliseconds) beside ``*_time`` (ISO-8601 UTC such as
+``"2026-03-08T07:00:00Z"``, or ``None`` when unset). Enums appear as their names without the
+prefix (``"SUCCEEDED"``, ``"CATCH_UP"``). Payloads and results are decoded as JSON when they
+parse, else as text, else as ``{"base64": ...}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from schedd._errors import InvalidArgument
+from schedd.model import misfire_name, overlap_name, state_name, trigger_name
+from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
+
+__all__ = [
+    "cluster_status_to_dict",
+    "decode_payload",
+    "encode_payload",
+    "execution_to_dict",
+    "iso_utc",
+    "job_to_dict",
+    "parse_time_ms",
+    "to_duration_ms",
+]
+
+
+def iso_utc(ms: int) -> str | None:
+    """``1772953200000`` -> ``"2026-03-08T07:00:00Z"`` (milliseconds shown when non-zero)."""
+    if not ms:
+        return None
+    when = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    text = when.strftime("%Y-%m-%dT%H:%M:%S")
+    if ms % 1000:
+        text += f".{ms % 1000:03d}"
+    return text + "Z"
+
+
+def parse_time_ms(value: datetime | str | int | float, field: str = "time") -> int:
+    """An instant as UTC milliseconds: a datetime (naive means UTC), ISO-8601 text, or ms.
+
+    Raises:
+        InvalidArgument: Text that is not ISO-8601.
+    """
+    if isinstance(value, datetime):
+        when = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+    if isinstance(value, int | float):
+        return int(value)
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidArgument(field, f"{value!r} is not an ISO-8601 time") from exc
+    return parse_time_ms(parsed, field)
+
+
+def to_duration_ms(value: float | str | None, field: str = "duration") -> int:
+    """A duration as milliseconds: seconds (int or float), text like ``"30s"``, or None (0).
+
+    Raises:
+        InvalidArgument: Negative, or text the schedule module cannot read.
+    """
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        from schedd.schedule import parse_duration_ms
+
+        return int(parse_duration_ms(value, field))
+    if value < 0:
+        raise InvalidArgument(field, f"must not be negative (got {value})")
+    return round(value * 1000)
+
+
+def encode_payload(payload: Any) -> bytes:
+    """Bytes as they are, None as empty, anything else as compact JSON."""
+    if payload is None:
+        return b""
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload)
+    try:
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument("payload", f"cannot be encoded as JSON: {exc}") from exc
+
+
+def decode_payload(data: bytes) -> Any:
+    """The inverse of :func:`encode_payload` for display: JSON, else text, else base64."""
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        pass
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def _time_pair(out: dict[str, Any], name: str, ms: int) -> None:
+    out[f"{name}_ms"] = ms
+    out[f"{name}_time"] = iso_utc(ms)
+
+
+def _target_to_dict(job: job_pb2.Job) -> dict[str, Any]:
+    kind = job.WhichOneof("target")
+    if kind == "handler":
+        return {"handler": {"name": job.handler.name, "queue": job.handler.queue}}
+    if kind == "http":
+        http = job.http
+        return {
+            "http": {
+                "url": http.url,
+                "method": http.method,
+                "headers": dict(http.headers),
+                "success_codes": list(http.success_codes),
+            }
+        }
+    if kind == "shell":
+        shell = job.shell
+        return {"shell": {"argv": list(shell.argv), "cwd": shell.cwd, "env": dict(shell.env)}}
+    return {}
+
+
+def job_to_dict(job: job_pb2.Job) -> dict[str, Any]:
+    """A JSON-friendly dict of a job (see the module docstring for the conventions)."""
+    out: dict[str, Any] = {
+        "id": job.id,
+        "tenant": job.tenant,
+        "name": job.name,
+        "schedule": {"expr": job.schedule.expr, "timezone": job.schedule.timezone},
+        **_target_to_dict(job),
+        "payload": decode_payload(job.payload),
+        "retry": {
+            "max_attempts": job.retry.max_attempts,
+            "initial_backoff_ms": job.retry.initial_backoff_ms,
+            "max_backoff_ms": job.retry.max_backoff_ms,
+            "multiplier": job.retry.multiplier,
+        },
+        "timeout_ms": job.timeout_ms,
+        "misfire": {
+            "mode": misfire_name(job.misfire.mode),
+            "catch_up_limit": job.misfire.catch_up_limit,
+            "starting_deadline_ms": job.misfire.starting_deadline_ms,
+        },
+        "overlap": overlap_name(job.overlap),
+        "jitter_ms": job.jitter_ms,
+        "idempotency_key": job.idempotency_key,
+        "paused": job.paused,
+        "labels": dict(sorted(job.labels.items())),
+    }
+    for name in ("created", "updated", "next_fire", "last_fire"):
+        _time_pair(out, name, getattr(job, f"{name}_ms"))
+    out["version"] = job.version
+    out["partition"] = job.partition
+    return out
+
+
+def execution_to_dict(execution: execution_pb2.Execution) -> dict[str, Any]:
+    """A JSON-friendly dict of an execution; ``scheduled_time`` is the fire time in UTC."""
+    e = execution
+    out: dict[str, Any] = {"id": e.id, "job_id": e.job_id, "tenant": e.tenant}
+    for name in ("scheduled", "due", "dispatched", "started", "finished"):
+        _time_pair(out, name, getattr(e, f"{name}_ms"))
+    out.update(
+        {
+            "state": state_name(e.state),
+            "attempt": e.attempt,
+            "max_attempts": e.max_attempts,
+            "fencing_token": e.fencing_token,
+            "worker_id": e.worker_id,
+            "queue": e.queue,
+            "handler": e.handler,
+            "trigger": trigger_name(e.trigger),
+            "partition": e.partition,
+            "error": e.error,
+            "reason": e.reason,
+            "result": decode_payload(e.result),
+            "has_checkpoint": bool(e.checkpoint),
+        }
+    )
+    return out
+
+
+def _rows(messages: Any, fields: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{key: getattr(m, attr) for key, attr in fields.items()} for m in messages]
+
+
+def cluster_status_to_dict(status: scheduler_pb2.ClusterStatus) -> dict[str, Any]:
+    """A JSON-friendly dict of the cluster status: nodes, partitions (owner, epoch), workers."""
+    nodes = _rows(
+        status.nodes,
+        {n: n for n in ("node_id", "address", "version", "started_ms", "clock_ms")}
+        | {"partitions_owned": "partitions_owned"},
+    )
+    for node in nodes:
+        node["started_time"] = iso_utc(node["started_ms"])
+    workers = [
+        {
+            "worker_id": w.worker_id,
+            "node_id": w.node_id,
+            "queues": list(w.queues),
+            "handlers": list(w.handlers),
+            "capacity": w.capacity,
+            "in_flight": w.in_flight,
+            "connected_ms": w.connected_ms,
+            "connected_time": iso_utc(w.connected_ms),
+        }
+        for w in status.workers
+    ]
+    return {
+        "cluster_id": status.cluster_id,
+        "partition_count": status.partition_count,
+        "nodes": nodes,
+        "partitions": _rows(
+            status.partitions, {"partition": "partition", "owner": "owner", "epoch": "epoch"}
+        ),
+        "workers": workers,
+    }

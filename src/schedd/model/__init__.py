@@ -1,0 +1,52 @@
+"""Validation and normalisation of jobs: pure functions over the wire types.
+
+The node's API layer calls these before it stores anything::
+
+    job = validate_new_job(request.job, now_ms=clock.now_ms(), id_factory=new_job_id)
+    job = apply_update(stored, request.job, request.update_paths, now_ms=clock.now_ms())
+
+Every error is an :class:`~schedd.InvalidArgument` whose ``field`` is a dotted path.
+"""
+
+from schedd.model._enums import (
+    misfire_name,
+    overlap_name,
+    parse_misfire,
+    parse_overlap,
+    parse_state,
+    state_name,
+    trigger_name,
+)
+from schedd.model._fields import (
+    MAX_ATTEMPTS,
+    MAX_PAYLOAD_BYTES,
+    MAX_TEXT_BYTES,
+    check_text,
+    validate_id,
+)
+from schedd.model._ids import new_job_id, validate_execution_id
+from schedd.model._job import OUTPUT_FIELDS, normalise_spec, same_spec, validate_new_job
+from schedd.model._update import MUTABLE_PATHS, apply_update
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_TEXT_BYTES",
+    "MUTABLE_PATHS",
+    "OUTPUT_FIELDS",
+    "apply_update",
+    "check_text",
+    "misfire_name",
+    "new_job_id",
+    "normalise_spec",
+    "overlap_name",
+    "parse_misfire",
+    "parse_overlap",
+    "parse_state",
+    "same_spec",
+    "state_name",
+    "trigger_name",
+    "validate_execution_id",
+    "validate_id",
+    "validate_new_job",
+]
