@@ -74,9 +74,7 @@ async def test_watch_sees_changes_and_reports_compaction(etcd: Etcd, etcd_prefix
 async def test_unreachable_etcd_is_unavailable() -> None:
     from schedd.dev import free_port
 
-    client = await Etcd.connect(
-        EtcdConfig(endpoints=(f"127.0.0.1:{free_port()}",), timeout_s=0.5)
-    )
+    client = await Etcd.connect(EtcdConfig(endpoints=(f"127.0.0.1:{free_port()}",), timeout_s=0.5))
     try:
         with pytest.raises(Unavailable):
             await client.get(b"/x")

@@ -1,4 +1,4 @@
-"""`schedd dev`: a whole local cluster (etcd, a node, a worker with demo handlers) in one command."""
+"""`schedd dev`: a whole local cluster (etcd, a node, a demo worker) in one command."""
 
 from schedd.dev._etcd_process import EtcdProcess, free_port, port_is_free
 

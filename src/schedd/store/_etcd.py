@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import grpc.aio
 from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
-from etcd3aio._protobuf import rpc_pb2
+from etcd3aio._protobuf import rpc_pb2  # type: ignore[attr-defined]
 
 from schedd._errors import Unavailable
 
@@ -137,7 +137,12 @@ class Etcd:
             if config.cert_file and config.key_file:
                 tls["cert_chain"] = Path(config.cert_file).read_bytes()
                 tls["cert_key"] = Path(config.key_file).read_bytes()
-        client = Etcd3Client(endpoints, rpc_max_attempts=3, tls_server_name=config.server_name, **tls)
+        client = Etcd3Client(
+            endpoints,
+            rpc_max_attempts=3,
+            tls_server_name=config.server_name,
+            **tls,  # type: ignore[arg-type]
+        )
         await client.connect()
         return cls(config, client)
 
@@ -291,7 +296,9 @@ class Etcd:
 
     # -- watch -------------------------------------------------------------------------------
 
-    async def watch(self, start: bytes, end: bytes, start_revision: int) -> AsyncIterator[WatchBatch]:
+    async def watch(
+        self, start: bytes, end: bytes, start_revision: int
+    ) -> AsyncIterator[WatchBatch]:
         """Changes in ``[start, end)`` from ``start_revision`` on, a batch per etcd response.
 
         Raises:
@@ -327,7 +334,9 @@ def prefix_end(prefix: bytes) -> bytes:
 
 def cmp_create(key: bytes, create_revision: int) -> Any:
     """True when the key's create revision equals this (0: the key does not exist)."""
-    return Compare(result=Compare.EQUAL, target=Compare.CREATE, key=key, create_revision=create_revision)
+    return Compare(
+        result=Compare.EQUAL, target=Compare.CREATE, key=key, create_revision=create_revision
+    )
 
 
 def cmp_mod(key: bytes, mod_revision: int) -> Any:

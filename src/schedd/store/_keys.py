@@ -5,8 +5,10 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     meta/cluster                      partition count, format version (written once)
     nodes/{node}                      NodeInfo JSON, attached to the node's session lease
     owners/{p:04d}                    owning node id, attached to its lease; create_revision = epoch
-    jobs/{job}                        Job protobuf
-    jobidx/{partition:04d}/{job}      empty; lets an owner list its partition's jobs
+    jobs/{job}                        Job protobuf: the spec, written only by the client API
+    state/{job}                       JobState JSON: next due key, next and last fire (small,
+                                      rewritten by every claim so the spec is never rewritten)
+    notify/{p:04d}                    job ids the API just changed; the owner watches notify/
     due/{p:04d}/{due_ms:013d}/{job}   DueEntry: the time-ordered due index of partition p
     runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
     dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
@@ -68,16 +70,17 @@ class Keys:
     def parse_job_key(self, key: bytes) -> str:
         return key[len(self.jobs_prefix()) :].decode()
 
-    def jobidx_prefix(self, partition: int) -> bytes:
-        return self.prefix + b"jobidx/%04d/" % partition
+    def state_key(self, job_id: str) -> bytes:
+        return self.prefix + b"state/" + job_id.encode()
 
-    def jobidx_key(self, partition: int, job_id: str) -> bytes:
-        return self.jobidx_prefix(partition) + job_id.encode()
+    def notify_prefix(self) -> bytes:
+        return self.prefix + b"notify/"
 
-    def parse_jobidx_key(self, key: bytes) -> tuple[int, str]:
-        rest = key[len(self.prefix) + len(b"jobidx/") :]
-        p, _, job = rest.partition(b"/")
-        return int(p), job.decode()
+    def notify_key(self, partition: int) -> bytes:
+        return self.notify_prefix() + b"%04d" % partition
+
+    def parse_notify_key(self, key: bytes) -> int:
+        return int(key[len(self.notify_prefix()) :])
 
     def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
         return self.prefix + f"idem/{tenant}/".encode() + idempotency_key.encode()

@@ -1,0 +1,174 @@
+"""`schedd`: run a scheduler node, a worker, or a whole local cluster (`schedd dev`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from schedd._errors import SchedError
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@click.group()
+@click.option(
+    "--log-level", default=lambda: os.environ.get("SCHEDD_LOG_LEVEL", "info"), show_default="info"
+)
+def main(log_level: str) -> None:
+    """schedd: a distributed job scheduler."""
+    _setup_logging(log_level)
+
+
+@main.command()
+@click.option(
+    "--etcd",
+    "etcd_endpoints",
+    envvar="SCHEDD_ETCD",
+    default="127.0.0.1:2379",
+    show_default=True,
+    help="etcd endpoints, HOST:PORT[,...]",
+)
+@click.option("--listen", envvar="SCHEDD_LISTEN", default="127.0.0.1:7070", show_default=True)
+@click.option(
+    "--advertise", envvar="SCHEDD_ADVERTISE", default="", help="address peers and workers use"
+)
+@click.option("--node-id", envvar="SCHEDD_NODE_ID", default=None, help="default: hostname-port")
+@click.option(
+    "--data-dir", envvar="SCHEDD_DATA_DIR", default=None, type=click.Path(file_okay=False)
+)
+@click.option(
+    "--partitions",
+    envvar="SCHEDD_PARTITIONS",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+)
+@click.option("--prefix", envvar="SCHEDD_PREFIX", default="/schedd/v1/", show_default=True)
+@click.option(
+    "--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False, exists=True)
+)
+@click.option(
+    "--etcd-cert",
+    envvar="SCHEDD_ETCD_CERT",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True),
+)
+@click.option(
+    "--etcd-key",
+    envvar="SCHEDD_ETCD_KEY",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True),
+)
+def node(
+    etcd_endpoints: str,
+    listen: str,
+    advertise: str,
+    node_id: str | None,
+    data_dir: str | None,
+    partitions: int,
+    prefix: str,
+    etcd_ca: str | None,
+    etcd_cert: str | None,
+    etcd_key: str | None,
+) -> None:
+    """Run a scheduler node."""
+    from schedd.node import Node, NodeConfig
+    from schedd.store._etcd import EtcdConfig
+
+    try:
+        endpoints = EtcdConfig.parse_endpoints(etcd_endpoints)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--etcd") from exc
+    nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
+    cfg = NodeConfig(
+        node_id=nid,
+        listen=listen,
+        advertise=advertise,
+        etcd=EtcdConfig(
+            endpoints=endpoints, ca_file=etcd_ca, cert_file=etcd_cert, key_file=etcd_key
+        ),
+        prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
+        partitions=partitions,
+        data_dir=Path(data_dir or f".schedd-node-{nid}"),
+    )
+
+    async def run() -> None:
+        n = Node(cfg)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await n.start()
+        print(f"schedd node {nid} listening on {n.address}", file=sys.stderr, flush=True)
+        await stop.wait()
+        await n.stop()
+
+    try:
+        asyncio.run(run())
+    except SchedError as exc:
+        click.echo(f"schedd node: {exc}", err=True)
+        sys.exit(5)
+
+
+@main.command()
+@click.option(
+    "--connect",
+    envvar="SCHEDD_CONNECT",
+    default="127.0.0.1:7070",
+    show_default=True,
+    help="node endpoints, HOST:PORT[,...]",
+)
+@click.option("--queue", "queues", multiple=True, default=("default",), show_default=True)
+@click.option(
+    "--import", "imports", multiple=True, required=True, help="module with register(worker)"
+)
+@click.option("--worker-id", default=None)
+@click.option("--capacity", default=16, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False))
+def worker(
+    connect: str,
+    queues: tuple[str, ...],
+    imports: tuple[str, ...],
+    worker_id: str | None,
+    capacity: int,
+    data_dir: str | None,
+) -> None:
+    """Run a worker with the handlers registered by the given modules."""
+    from schedd.worker._cli import run_worker_from_cli
+
+    sys.exit(
+        run_worker_from_cli(connect, list(queues), list(imports), worker_id, capacity, data_dir)
+    )
+
+
+@main.command()
+@click.option(
+    "--data-dir", default=".schedd-dev", show_default=True, type=click.Path(file_okay=False)
+)
+@click.option("--listen", default="127.0.0.1:7070", show_default=True)
+def dev(data_dir: str, listen: str) -> None:
+    """Start etcd, a node and a worker with demo handlers (echo, sleep, fail, flaky)."""
+    from schedd.dev._cluster import run_dev
+
+    try:
+        sys.exit(run_dev(Path(data_dir), listen))
+    except (SchedError, RuntimeError) as exc:
+        click.echo(f"schedd dev: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

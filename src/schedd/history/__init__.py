@@ -1,0 +1,5 @@
+"""Run history: finished executions in a local RocksDB with a retention TTL."""
+
+from schedd.history._rocks import History
+
+__all__ = ["History"]

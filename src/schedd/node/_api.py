@@ -1,0 +1,257 @@
+"""The client API as plain async functions: validate, call the store, shape the answer.
+
+The gRPC servicer (:mod:`schedd.node._servicer`) only translates; every decision is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from schedd._clock import Clock
+from schedd._errors import (
+    ExecutionNotFound,
+    InvalidArgument,
+    SchedError,
+)
+from schedd._status import item_error
+from schedd.history import History
+from schedd.model import (
+    apply_update,
+    new_job_id,
+    validate_execution_id,
+    validate_id,
+    validate_new_job,
+)
+from schedd.schedule import parse_schedule
+from schedd.store._jobs import JobStore
+from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
+
+MAX_PAGE = 1000
+MAX_BATCH = 10_000
+MAX_BACKFILL = 10_000
+
+
+class LiveView(Protocol):
+    """What the node knows in memory about executions it owns (dispatch state is not in etcd)."""
+
+    def live_execution(self, execution_id: str) -> execution_pb2.Execution | None: ...
+    def live_executions(self) -> list[execution_pb2.Execution]: ...
+    async def cluster_status(self) -> scheduler_pb2.ClusterStatus: ...
+
+
+def _page_size(value: int, field: str = "page_size") -> int:
+    if value < 0 or value > MAX_PAGE:
+        raise InvalidArgument(field, f"must be between 0 and {MAX_PAGE}, got {value}")
+    return value or 100
+
+
+class NodeApi:
+    def __init__(
+        self,
+        jobs: JobStore,
+        history: History,
+        live: LiveView,
+        clock: Clock,
+        *,
+        id_factory: Callable[[], str] = new_job_id,
+    ) -> None:
+        self.jobs = jobs
+        self.history = history
+        self.live = live
+        self.clock = clock
+        self.id_factory = id_factory
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def _validated(self, job: job_pb2.Job, now: int, field: str = "job") -> job_pb2.Job:
+        out = validate_new_job(job, now_ms=now, id_factory=self.id_factory)
+        sched = parse_schedule(out.schedule.expr, out.schedule.timezone, anchor_ms=now)
+        if sched.next_fire(now - 1) is None:
+            raise InvalidArgument(f"{field}.schedule.expr", "the schedule has no fire after now")
+        return out
+
+    async def create_job(
+        self, req: scheduler_pb2.CreateJobRequest
+    ) -> scheduler_pb2.CreateJobResponse:
+        now = self.clock.now_ms()
+        job = self._validated(req.job, now)
+        (result,) = await self.jobs.create_jobs([job], now)
+        if isinstance(result, SchedError):
+            raise result
+        return scheduler_pb2.CreateJobResponse(job=result[0], created=result[1])
+
+    async def batch_create_jobs(
+        self, req: scheduler_pb2.BatchCreateJobsRequest
+    ) -> scheduler_pb2.BatchCreateJobsResponse:
+        if len(req.jobs) > MAX_BATCH:
+            raise InvalidArgument("jobs", f"at most {MAX_BATCH} jobs per call, got {len(req.jobs)}")
+        now = self.clock.now_ms()
+        results: list[scheduler_pb2.BatchCreateJobsResult | None] = []
+        valid: list[job_pb2.Job] = []
+        slots: list[int] = []
+        for n, job in enumerate(req.jobs):
+            try:
+                valid.append(self._validated(job, now, f"jobs[{n}]"))
+                slots.append(n)
+                results.append(None)
+            except SchedError as err:
+                results.append(scheduler_pb2.BatchCreateJobsResult(error=item_error(err)))
+        for n, outcome in zip(slots, await self.jobs.create_jobs(valid, now), strict=True):
+            if isinstance(outcome, SchedError):
+                results[n] = scheduler_pb2.BatchCreateJobsResult(error=item_error(outcome))
+            else:
+                ok = scheduler_pb2.CreateJobResponse(job=outcome[0], created=outcome[1])
+                results[n] = scheduler_pb2.BatchCreateJobsResult(ok=ok)
+        return scheduler_pb2.BatchCreateJobsResponse(results=[r for r in results if r is not None])
+
+    async def get_job(self, req: scheduler_pb2.GetJobRequest) -> job_pb2.Job:
+        return await self.jobs.get_job(validate_id("id", req.id))
+
+    async def list_jobs(self, req: scheduler_pb2.ListJobsRequest) -> scheduler_pb2.ListJobsResponse:
+        jobs, token = await self.jobs.list_jobs(
+            tenant=req.tenant,
+            name_prefix=req.name_prefix,
+            page_size=_page_size(req.page_size),
+            page_token=req.page_token,
+        )
+        return scheduler_pb2.ListJobsResponse(jobs=jobs, next_page_token=token)
+
+    async def update_job(self, req: scheduler_pb2.UpdateJobRequest) -> job_pb2.Job:
+        job_id = validate_id("job.id", req.job.id)
+        now = self.clock.now_ms()
+
+        def mutate(stored: job_pb2.Job) -> job_pb2.Job:
+            new = apply_update(stored, req.job, list(req.update_paths), now_ms=now)
+            parse_schedule(new.schedule.expr, new.schedule.timezone, anchor_ms=new.created_ms)
+            return new
+
+        return await self.jobs.update_job(
+            job_id, mutate, now, expected_version=req.expected_version
+        )
+
+    async def delete_job(
+        self, req: scheduler_pb2.DeleteJobRequest
+    ) -> scheduler_pb2.DeleteJobResponse:
+        n = await self.jobs.delete_job(validate_id("id", req.id), self.clock.now_ms())
+        return scheduler_pb2.DeleteJobResponse(cancelled_executions=n)
+
+    async def pause_job(self, req: scheduler_pb2.PauseJobRequest) -> job_pb2.Job:
+        return await self.jobs.set_paused(validate_id("id", req.id), True, self.clock.now_ms())
+
+    async def resume_job(self, req: scheduler_pb2.ResumeJobRequest) -> job_pb2.Job:
+        return await self.jobs.set_paused(validate_id("id", req.id), False, self.clock.now_ms())
+
+    async def trigger_job(self, req: scheduler_pb2.TriggerJobRequest) -> execution_pb2.Execution:
+        job = await self.jobs.get_job(validate_id("id", req.id))
+        if len(req.payload) > 256 * 1024:
+            raise InvalidArgument("payload", "at most 256 KiB")
+        now = self.clock.now_ms()
+        for sched in range(now, now + 1000):
+            created = await self.jobs.add_runs(
+                job, [sched], execution_pb2.TRIGGER_MANUAL, now, payload_override=req.payload
+            )
+            if created:
+                return created[0]
+        raise SchedError(f"job {job.id!r}: could not find a free trigger slot")
+
+    async def backfill_job(
+        self, req: scheduler_pb2.BackfillJobRequest
+    ) -> scheduler_pb2.BackfillJobResponse:
+        job = await self.jobs.get_job(validate_id("id", req.id))
+        if req.end_ms <= req.start_ms:
+            raise InvalidArgument("end_ms", "must be after start_ms")
+        if req.limit < 0 or req.limit > MAX_BACKFILL:
+            raise InvalidArgument("limit", f"must be between 0 and {MAX_BACKFILL}")
+        now = self.clock.now_ms()
+        if req.end_ms > now:
+            raise InvalidArgument("end_ms", "a backfill covers the past only")
+        limit = req.limit or 1000
+        sched = parse_schedule(job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms)
+        fires = list(sched.fires(req.start_ms - 1, until_ms=req.end_ms - 1, limit=limit + 1))
+        truncated = max(0, len(fires) - limit)
+        fires = fires[:limit]
+        created = await self.jobs.add_runs(job, fires, execution_pb2.TRIGGER_BACKFILL, now)
+        return scheduler_pb2.BackfillJobResponse(executions=created, truncated=truncated)
+
+    # -- executions ----------------------------------------------------------------------------
+
+    async def get_execution(
+        self, req: scheduler_pb2.GetExecutionRequest
+    ) -> execution_pb2.Execution:
+        eid = validate_execution_id("id", req.id)
+        live = self.live.live_execution(eid)
+        if live is not None:
+            return live
+        stored = await self.jobs.get_live_execution(eid)
+        if stored is not None:
+            return stored
+        done = self.history.get(eid)
+        if done is not None:
+            return done
+        try:
+            return await self.jobs.get_dead(eid)
+        except ExecutionNotFound:
+            raise ExecutionNotFound(eid) from None
+
+    async def list_executions(
+        self, req: scheduler_pb2.ListExecutionsRequest
+    ) -> scheduler_pb2.ListExecutionsResponse:
+        size = _page_size(req.page_size)
+        if req.job_id:
+            validate_id("job_id", req.job_id)
+        states = set(req.states)
+        merged: dict[str, execution_pb2.Execution] = {}
+        for ex in self.history.list(job_id=req.job_id, states=list(states), limit=size * 4):
+            merged[ex.id] = ex
+        for ex in await self.jobs.list_live(req.job_id):
+            merged[ex.id] = self.live.live_execution(ex.id) or ex
+        for ex in self.live.live_executions():
+            if not req.job_id or ex.job_id == req.job_id:
+                merged[ex.id] = ex
+        rows = [
+            e
+            for e in merged.values()
+            if (not states or e.state in states) and (not req.tenant or e.tenant == req.tenant)
+        ]
+        rows.sort(key=lambda e: (e.scheduled_ms, e.id), reverse=True)
+        start = int(req.page_token) if req.page_token.isdigit() else 0
+        page = rows[start : start + size]
+        token = str(start + size) if start + size < len(rows) else ""
+        return scheduler_pb2.ListExecutionsResponse(executions=page, next_page_token=token)
+
+    async def list_dead_letters(
+        self, req: scheduler_pb2.ListDeadLettersRequest
+    ) -> scheduler_pb2.ListDeadLettersResponse:
+        size = _page_size(req.page_size)
+        if req.job_id:
+            validate_id("job_id", req.job_id)
+        rows = await self.jobs.list_dead(req.tenant, req.job_id)
+        rows.sort(key=lambda e: (e.scheduled_ms, e.id), reverse=True)
+        start = int(req.page_token) if req.page_token.isdigit() else 0
+        token = str(start + size) if start + size < len(rows) else ""
+        return scheduler_pb2.ListDeadLettersResponse(
+            executions=rows[start : start + size], next_page_token=token
+        )
+
+    async def redrive(
+        self, req: scheduler_pb2.RedriveDeadLettersRequest
+    ) -> scheduler_pb2.RedriveDeadLettersResponse:
+        if req.execution_ids:
+            dead = [
+                await self.jobs.get_dead(validate_execution_id("execution_ids", e))
+                for e in req.execution_ids
+            ]
+        else:
+            if not req.tenant and not req.job_id:
+                raise InvalidArgument(
+                    "execution_ids", "name executions, or a tenant or job_id to redrive all of"
+                )
+            dead = await self.jobs.list_dead(req.tenant, req.job_id)
+        redriven = await self.jobs.redrive(dead, self.clock.now_ms())
+        return scheduler_pb2.RedriveDeadLettersResponse(executions=redriven)
+
+    async def cluster_status(
+        self, req: scheduler_pb2.GetClusterStatusRequest
+    ) -> scheduler_pb2.ClusterStatus:
+        return await self.live.cluster_status()

@@ -1,0 +1,58 @@
+"""Typed configuration of a scheduler node (read from flags and env only at the edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schedd.store._etcd import EtcdConfig
+from schedd.store._keys import DEFAULT_PREFIX
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs.
+
+    Attributes:
+        node_id: unique and stable per node (its partitions and history are keyed by it).
+        listen: ``host:port`` of the gRPC server (client API and worker streams).
+        advertise: address other parties should use; defaults to ``listen``.
+        etcd: how to reach etcd.
+        prefix: etcd key prefix of this cluster.
+        partitions: P, fixed at cluster init (later nodes use the stored value).
+        data_dir: local state (run history).
+        window_ms: W, how far ahead the due index is loaded into the wheel.
+        lead_ms: L, how long before its fire an execution is claimed durably.
+        grace_ms: a fire later than this is a misfire, handled by the job's policy.
+        tick_ms: timer wheel tick.
+        session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
+        claim_batch: most due entries claimed in one round.
+        txn_items: most jobs in one etcd transaction (etcd's --max-txn-ops bounds it).
+        lease_timeout_ms: a dispatched execution not heartbeated this long is redelivered.
+        heartbeat_interval_ms: what workers are told to heartbeat at.
+        default_timeout_ms: per-attempt timeout when a job sets none.
+        compaction_interval_s: how often the node compacts etcd's history (0: never).
+        compaction_keep_revisions: how many revisions of history compaction keeps.
+        history_ttl_ms: how long finished executions stay in the local history.
+    """
+
+    node_id: str
+    listen: str = "127.0.0.1:7070"
+    advertise: str = ""
+    etcd: EtcdConfig = field(default_factory=EtcdConfig)
+    prefix: bytes = DEFAULT_PREFIX
+    partitions: int = 64
+    data_dir: Path = Path(".schedd-node")
+    window_ms: int = 60_000
+    lead_ms: int = 2_000
+    grace_ms: int = 1_000
+    tick_ms: int = 10
+    session_ttl_s: int = 5
+    claim_batch: int = 4096
+    txn_items: int = 128
+    lease_timeout_ms: int = 15_000
+    heartbeat_interval_ms: int = 3_000
+    default_timeout_ms: int = 300_000
+    compaction_interval_s: float = 60.0
+    compaction_keep_revisions: int = 50_000
+    history_ttl_ms: int = 7 * 86_400_000

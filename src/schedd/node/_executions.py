@@ -1,0 +1,451 @@
+"""What happens to executions after their claim: firing, results, retries, redelivery.
+
+:class:`ExecutionManager` is the node's :class:`~schedd.dispatch.ExecutionAuthority`: the
+dispatcher hands it what workers report, and it decides, per owned partition, with fenced
+compare-on-token writes. A result is accepted only with the execution's current token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+
+from schedd._clock import Clock
+from schedd._errors import FencedOut, SchedError
+from schedd.history import History
+from schedd.node._config import NodeConfig
+from schedd.schedule import retry_backoff_ms
+from schedd.store._keys import parse_execution_id, partition_of
+from schedd.store._owner import Item
+from schedd.store._records import DueEntry
+from schedd.v1 import execution_pb2, job_pb2, worker_pb2
+
+if TYPE_CHECKING:
+    from schedd.dispatch import Dispatcher, InFlight
+    from schedd.node._partition import PartitionRunner
+
+log = logging.getLogger(__name__)
+
+_FAILED = (worker_pb2.OUTCOME_FAILED, worker_pb2.OUTCOME_TIMED_OUT)
+
+
+@dataclass
+class Live:
+    """An execution this node holds: claimed, maybe dispatched, not finished."""
+
+    ex: execution_pb2.Execution
+    timer: Any = None
+    dispatched: bool = False
+    cancelling: bool = False
+    buffered: bool = False
+
+
+class Outcomes(Protocol):
+    async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None: ...
+    def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None: ...
+    def recorded(self, executions: Sequence[execution_pb2.Execution]) -> None: ...
+    def partition_lost(self, partition: int, reason: str) -> None: ...
+
+
+@dataclass
+class _Decision:
+    live: Live
+    result: worker_pb2.Result
+    item: Item
+    final: execution_pb2.Execution | None = None  # set when the execution ends
+    retry_due_ms: int = 0
+    redeliver: bool = False
+
+
+@dataclass
+class Stats:
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+class ExecutionManager:
+    """Fires claimed executions and applies what workers report."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        clock: Clock,
+        history: History,
+        *,
+        on_partition_lost: Callable[[int, str], None],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.history = history
+        self.runners: dict[int, PartitionRunner] = {}
+        self.dispatcher: Dispatcher | None = None
+        self._on_partition_lost = on_partition_lost
+        self.rng = rng or random.Random()
+        self.running: dict[str, set[str]] = {}  # job id -> dispatched execution ids
+        self.stats = Stats()
+
+    def _runner_of(self, execution_id: str) -> PartitionRunner | None:
+        job_id, _ = parse_execution_id(execution_id)
+        return self.runners.get(partition_of(job_id, self.config.partitions))
+
+    # -- Outcomes (called by partition runners) -------------------------------------------------
+
+    async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None:
+        """The wheel fired these: apply overlap policies, dispatch the rest in one batch."""
+        now = self.clock.now_ms()
+        send: list[Live] = []
+        skipped: list[Live] = []
+        for live in lives:
+            cached = runner.jobs.get(live.ex.job_id)
+            policy = cached.job.overlap if cached else job_pb2.OVERLAP_ALLOW
+            busy = [e for e in self.running.get(live.ex.job_id, ()) if e != live.ex.id]
+            if not busy or policy in (job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED):
+                send.append(live)
+            elif policy == job_pb2.OVERLAP_FORBID:
+                skipped.append(live)
+            elif policy == job_pb2.OVERLAP_BUFFER_ONE:
+                waiting = [
+                    lv
+                    for lv in runner.live.values()
+                    if lv.buffered and lv.ex.job_id == live.ex.job_id
+                ]
+                if waiting:
+                    skipped.append(live)
+                else:
+                    live.buffered = True
+            else:  # REPLACE
+                for eid in busy:
+                    old = runner.live.get(eid)
+                    if old is not None:
+                        old.cancelling = True
+                        self._cancel_dispatch(old, "replaced by a newer fire")
+                send.append(live)
+        if skipped:
+            await self._skip(runner, skipped, now)
+        self._dispatch(runner, send, now)
+
+    def _dispatch(self, runner: PartitionRunner, lives: Sequence[Live], now: int) -> None:
+        if not lives or self.dispatcher is None:
+            return
+        out = []
+        for live in lives:
+            cached = runner.jobs.get(live.ex.job_id)
+            live.dispatched = True
+            live.buffered = False
+            live.ex.dispatched_ms = now
+            live.ex.state = execution_pb2.EXECUTION_DISPATCHED
+            self.running.setdefault(live.ex.job_id, set()).add(live.ex.id)
+            out.append(self._dispatch_message(live.ex, cached.job if cached else None, now))
+        self.stats.counts["dispatched"] += len(out)
+        self.dispatcher.submit(out)
+
+    def _dispatch_message(
+        self, ex: execution_pb2.Execution, job: job_pb2.Job | None, now: int
+    ) -> worker_pb2.Dispatch:
+        timeout = (job.timeout_ms if job else 0) or self.config.default_timeout_ms
+        d = worker_pb2.Dispatch(
+            execution_id=ex.id,
+            job_id=ex.job_id,
+            tenant=ex.tenant,
+            scheduled_ms=ex.scheduled_ms,
+            attempt=ex.attempt,
+            fencing_token=ex.fencing_token,
+            queue=ex.queue or "default",
+            handler=ex.handler,
+            payload=ex.payload_override
+            if ex.has_payload_override
+            else (job.payload if job else b""),
+            deadline_ms=now + timeout,
+            checkpoint=ex.checkpoint,
+            has_checkpoint=bool(ex.checkpoint),
+            max_attempts=ex.max_attempts,
+        )
+        if job is not None and job.WhichOneof("target") in ("http", "shell"):
+            target = job_pb2.Job()
+            if job.HasField("http"):
+                target.http.CopyFrom(job.http)
+            else:
+                target.shell.CopyFrom(job.shell)
+            d.target = target.SerializeToString()
+        return d
+
+    async def _skip(self, runner: PartitionRunner, lives: Sequence[Live], now: int) -> None:
+        items, finals = [], []
+        for live in lives:
+            runner.live.pop(live.ex.id, None)
+            final = _copy(live.ex)
+            final.state = execution_pb2.EXECUTION_SKIPPED
+            final.reason = "overlap policy: a previous run of this job is still running"
+            final.finished_ms = now
+            items.append(runner.store.finish_run(live.ex))
+            finals.append(final)
+        try:
+            ok, _ = await runner.store.apply(items)
+        except FencedOut as exc:
+            runner._fenced_out(exc)
+            return
+        done = [f for f, good in zip(finals, ok, strict=True) if good]
+        self.history.record(done)
+        self.stats.counts["skipped"] += len(done)
+
+    def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None:
+        if live.timer is not None:
+            runner.driver.cancel(live.timer)
+        if live.dispatched:
+            self._cancel_dispatch(live, reason)
+        self.running.get(live.ex.job_id, set()).discard(live.ex.id)
+
+    def _cancel_dispatch(self, live: Live, reason: str) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.cancel(live.ex.id, live.ex.fencing_token, reason)
+
+    def recorded(self, executions: Sequence[execution_pb2.Execution]) -> None:
+        for ex in executions:
+            self.stats.counts[execution_pb2.ExecutionState.Name(ex.state)] += 1
+            log.info(
+                "execution %s %s: %s", ex.id, execution_pb2.ExecutionState.Name(ex.state), ex.reason
+            )
+
+    def partition_lost(self, partition: int, reason: str) -> None:
+        self._on_partition_lost(partition, reason)
+
+    # -- ExecutionAuthority (called by the dispatcher) ----------------------------------------
+
+    async def on_started(self, worker_id: str, started: list[worker_pb2.Started]) -> None:
+        for s in started:
+            runner = self._runner_of(s.execution_id)
+            live = runner.live.get(s.execution_id) if runner else None
+            if live is not None and live.ex.fencing_token == s.fencing_token:
+                live.ex.state = execution_pb2.EXECUTION_RUNNING
+                live.ex.started_ms = s.started_ms
+                live.ex.worker_id = worker_id
+
+    async def on_heartbeats(
+        self, worker_id: str, heartbeats: list[worker_pb2.Heartbeat]
+    ) -> list[str]:
+        stale: list[str] = []
+        for hb in heartbeats:
+            runner = self._runner_of(hb.execution_id)
+            live = runner.live.get(hb.execution_id) if runner else None
+            if live is None or live.ex.fencing_token != hb.fencing_token:
+                stale.append(hb.execution_id)
+            elif hb.has_checkpoint:
+                live.ex.checkpoint = hb.checkpoint
+        return stale
+
+    async def on_results(
+        self, worker_id: str, results: list[worker_pb2.Result]
+    ) -> list[worker_pb2.ResultAck]:
+        acks: dict[int, worker_pb2.ResultAck] = {}
+        groups: dict[int, list[tuple[int, worker_pb2.Result]]] = {}
+        for n, r in enumerate(results):
+            runner = self._runner_of(r.execution_id)
+            if runner is None:
+                acks[n] = _ack(
+                    r, False, grpc.StatusCode.UNAVAILABLE, "this node does not own the partition"
+                )
+                continue
+            groups.setdefault(runner.partition, []).append((n, r))
+        for p, group in groups.items():
+            runner = self.runners[p]
+            async with runner._lock:
+                for n, ack in await self._apply_results(runner, group):
+                    acks[n] = ack
+        return [acks[n] for n in range(len(results))]
+
+    async def _apply_results(
+        self, runner: PartitionRunner, group: list[tuple[int, worker_pb2.Result]]
+    ) -> list[tuple[int, worker_pb2.ResultAck]]:
+        now = self.clock.now_ms()
+        out: list[tuple[int, worker_pb2.ResultAck]] = []
+        decisions: list[tuple[int, _Decision]] = []
+        for n, r in group:
+            live = runner.live.get(r.execution_id)
+            if live is None or live.ex.fencing_token != r.fencing_token:
+                current = live.ex.fencing_token if live else None
+                msg = f"token {r.fencing_token} is stale (current: {current or 'none'})"
+                out.append((n, _ack(r, False, grpc.StatusCode.FAILED_PRECONDITION, msg)))
+                continue
+            decisions.append((n, self._decide(runner, live, r, now)))
+        if not decisions:
+            return out
+        try:
+            ok, revs = await runner.store.apply_each([d.item for _, d in decisions])
+        except (FencedOut, SchedError) as exc:
+            if isinstance(exc, FencedOut):
+                runner._fenced_out(exc)
+            return out + [
+                (n, _ack(d.result, False, grpc.StatusCode.UNAVAILABLE, str(exc)))
+                for n, d in decisions
+            ]
+        finished: list[execution_pb2.Execution] = []
+        resend: list[Live] = []
+        for (n, d), good, rev in zip(decisions, ok, revs, strict=True):
+            if not good:
+                runner.live.pop(d.live.ex.id, None)
+                out.append(
+                    (
+                        n,
+                        _ack(
+                            d.result,
+                            False,
+                            grpc.StatusCode.FAILED_PRECONDITION,
+                            "execution changed meanwhile",
+                        ),
+                    )
+                )
+                continue
+            out.append((n, _ack(d.result, True, grpc.StatusCode.OK, "")))
+            self._after(runner, d, rev, finished, resend)
+        self.history.record(finished)
+        for ex in finished:
+            self.stats.counts[execution_pb2.ExecutionState.Name(ex.state)] += 1
+        self._dispatch(runner, resend, now)
+        return out
+
+    def _decide(
+        self, runner: PartitionRunner, live: Live, r: worker_pb2.Result, now: int
+    ) -> _Decision:
+        ex = _copy(live.ex)
+        ex.finished_ms = r.finished_ms or now
+        ex.started_ms = r.started_ms or ex.started_ms
+        ex.error = r.error
+        if r.outcome == worker_pb2.OUTCOME_SUCCEEDED:
+            ex.state = execution_pb2.EXECUTION_SUCCEEDED
+            ex.result = r.output
+            return _Decision(live, r, runner.store.finish_run(live.ex), final=ex)
+        if r.outcome == worker_pb2.OUTCOME_CANCELLED and not live.cancelling:
+            # The worker shut down before finishing it: hand it out again, same attempt.
+            ex.state = execution_pb2.EXECUTION_PENDING
+            ex.worker_id = ""
+            return _Decision(live, r, runner.store.rewrite_run(ex), redeliver=True)
+        if r.outcome == worker_pb2.OUTCOME_CANCELLED:
+            ex.state = execution_pb2.EXECUTION_CANCELLED
+            ex.reason = "cancelled by the overlap policy or an API change"
+            return _Decision(live, r, runner.store.finish_run(live.ex), final=ex)
+        max_attempts = ex.max_attempts or 3
+        if r.outcome in _FAILED and ex.attempt < max_attempts:
+            return self._retry(runner, live, r, ex, now)
+        ex.state = execution_pb2.EXECUTION_DEAD
+        ex.reason = f"attempt {ex.attempt} of {max_attempts} failed"
+        return _Decision(live, r, runner.store.finish_run(live.ex, dead_record=ex), final=ex)
+
+    def _retry(
+        self,
+        runner: PartitionRunner,
+        live: Live,
+        r: worker_pb2.Result,
+        ex: execution_pb2.Execution,
+        now: int,
+    ) -> _Decision:
+        cached = runner.jobs.get(ex.job_id)
+        retry = cached.job.retry if cached else job_pb2.RetryPolicy()
+        delay = retry_backoff_ms(
+            ex.attempt,
+            initial_ms=retry.initial_backoff_ms or 1000,
+            max_ms=retry.max_backoff_ms or 300_000,
+            multiplier=retry.multiplier or 2.0,
+            rng=self.rng,
+        )
+        ex.state = execution_pb2.EXECUTION_RETRY_WAIT
+        ex.attempt += 1
+        ex.due_ms = now + max(1, delay)
+        ex.worker_id = ""
+        ex.fencing_token = live.ex.fencing_token
+        item = runner.store.rewrite_run(ex, add_due_ms=ex.due_ms)
+        return _Decision(live, r, item, retry_due_ms=ex.due_ms)
+
+    def _after(
+        self,
+        runner: PartitionRunner,
+        d: _Decision,
+        rev: int,
+        finished: list[execution_pb2.Execution],
+        resend: list[Live],
+    ) -> None:
+        eid, job_id = d.live.ex.id, d.live.ex.job_id
+        self.running.get(job_id, set()).discard(eid)
+        if d.redeliver:
+            d.live.ex.fencing_token = rev
+            d.live.ex.worker_id = ""
+            resend.append(d.live)
+            return
+        runner.live.pop(eid, None)
+        if d.final is not None:
+            d.final.fencing_token = d.live.ex.fencing_token
+            finished.append(d.final)
+        if d.retry_due_ms and d.retry_due_ms <= runner.window_end:
+            entry = DueEntry(
+                runner.partition, d.retry_due_ms, job_id, "r", d.live.ex.scheduled_ms, rev
+            )
+            runner.due[(entry.due_ms, job_id)] = entry
+            runner._wake.set()
+        buffered = [lv for lv in runner.live.values() if lv.buffered and lv.ex.job_id == job_id]
+        if buffered and not self.running.get(job_id):
+            resend.append(buffered[0])
+
+    async def on_lost(self, lost: list[InFlight], reason: str) -> None:
+        """A worker vanished or let a lease run out: redeliver each with a new, larger token."""
+        by_runner: dict[int, list[Live]] = {}
+        for inflight in lost:
+            d = inflight.dispatch
+            runner = self._runner_of(d.execution_id)
+            live = runner.live.get(d.execution_id) if runner else None
+            if runner is None or live is None or live.ex.fencing_token != d.fencing_token:
+                continue
+            by_runner.setdefault(runner.partition, []).append(live)
+        for p, lives in by_runner.items():
+            runner = self.runners[p]
+            async with runner._lock:
+                await self._redeliver(runner, lives, reason)
+
+    async def _redeliver(self, runner: PartitionRunner, lives: list[Live], reason: str) -> None:
+        items = []
+        for live in lives:
+            ex = _copy(live.ex)
+            ex.state = execution_pb2.EXECUTION_PENDING
+            ex.worker_id = ""
+            items.append(runner.store.rewrite_run(ex))
+        try:
+            ok, revs = await runner.store.apply_each(items)
+        except FencedOut as exc:
+            runner._fenced_out(exc)
+            return
+        resend = []
+        for live, good, rev in zip(lives, ok, revs, strict=True):
+            self.running.get(live.ex.job_id, set()).discard(live.ex.id)
+            if good:
+                live.ex.fencing_token = rev
+                live.ex.worker_id = ""
+                resend.append(live)
+            else:
+                runner.live.pop(live.ex.id, None)
+        log.info(
+            "partition %d: redelivering %d executions (%s)", runner.partition, len(resend), reason
+        )
+        self.stats.counts["redelivered"] += len(resend)
+        self._dispatch(runner, resend, self.clock.now_ms())
+
+
+def _copy(ex: execution_pb2.Execution) -> execution_pb2.Execution:
+    out = execution_pb2.Execution()
+    out.CopyFrom(ex)
+    return out
+
+
+def _ack(
+    r: worker_pb2.Result, accepted: bool, code: grpc.StatusCode, message: str
+) -> worker_pb2.ResultAck:
+    return worker_pb2.ResultAck(
+        execution_id=r.execution_id,
+        fencing_token=r.fencing_token,
+        accepted=accepted,
+        code=code.value[0],
+        message=message,
+    )

@@ -1,0 +1,341 @@
+"""A scheduler node: the lifecycle that wires coordination, partitions, dispatch and the API.
+
+node = Node(NodeConfig(node_id="n1", etcd=EtcdConfig(("127.0.0.1:2379",))))
+await node.start()      # serving; partitions are claimed in the background
+...
+await node.stop()       # releases partitions first, so a peer takes over at once
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import replace
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from schedd._clock import Clock, SystemClock
+from schedd._errors import SchedError, Unavailable
+from schedd.coord import (
+    Fence,
+    Membership,
+    NodeInfo,
+    OwnershipConfig,
+    PartitionOwnership,
+    Session,
+    init_cluster,
+)
+from schedd.dispatch import DispatchConfig, Dispatcher
+from schedd.history import History
+from schedd.node._api import NodeApi
+from schedd.node._config import NodeConfig
+from schedd.node._executions import ExecutionManager
+from schedd.node._partition import PartitionRunner
+from schedd.node._servicer import SchedulerServicer
+from schedd.store._etcd import Etcd, WatchCompacted, prefix_end
+from schedd.store._jobs import JobStore
+from schedd.store._keys import Keys, parse_execution_id, partition_of
+from schedd.store._owner import PartitionStore
+from schedd.v1 import execution_pb2, scheduler_pb2, scheduler_pb2_grpc, worker_pb2
+
+log = logging.getLogger(__name__)
+
+SERVER_OPTIONS = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+class Node:
+    """One scheduler node. Not reusable after :meth:`stop`."""
+
+    def __init__(self, config: NodeConfig, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.keys = Keys(config.prefix)
+        self.port = 0
+        self.started_ms = self.clock.now_ms()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._ownership: PartitionOwnership | None = None
+        self._membership: Membership | None = None
+        self._session: Session | None = None
+        self.health = health.HealthServicer()
+
+    # -- start / stop ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.etcd = await Etcd.connect(cfg.etcd)
+        meta = await init_cluster(self.etcd, self.keys, cfg.partitions)
+        if meta.partitions != cfg.partitions:
+            log.warning("cluster has %d partitions (fixed at init); using that", meta.partitions)
+        self.config = cfg = replace(cfg, partitions=meta.partitions)
+        self.cluster_id = meta.cluster_id
+        self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
+        self.history.prune(self.clock.now_ms())
+        self.manager = ExecutionManager(
+            cfg, self.clock, self.history, on_partition_lost=self._fenced
+        )
+        dcfg = DispatchConfig(
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms, lease_timeout_ms=cfg.lease_timeout_ms
+        )
+        self.dispatcher = Dispatcher(cfg.node_id, self.manager, config=dcfg, clock=self.clock)
+        self.manager.dispatcher = self.dispatcher
+        self.jobs = JobStore(self.etcd, self.keys, cfg.partitions, batch=cfg.txn_items)
+        self.api = NodeApi(self.jobs, self.history, self, self.clock)
+        await self._serve()
+        await self.dispatcher.start()
+        self._tasks = [
+            asyncio.create_task(self._coordinate(), name="coordinate"),
+            asyncio.create_task(self._watch_notify(), name="notify"),
+            asyncio.create_task(self._probe_etcd(), name="etcd-probe"),
+        ]
+        if cfg.compaction_interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._compact_loop(), name="compact"))
+        log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
+
+    @property
+    def address(self) -> str:
+        host = self.config.listen.rpartition(":")[0]
+        return self.config.advertise or f"{host}:{self.port}"
+
+    async def _serve(self) -> None:
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.api), self.server)
+        self.dispatcher.add_to_server(self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (
+            scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
+            worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(self.config.listen)
+        if self.port == 0:
+            raise Unavailable(f"cannot listen on {self.config.listen}")
+        await self.server.start()
+        self._set_health(True)
+
+    def _set_health(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", "schedd.v1.Scheduler", "schedd.v1.Worker"):
+            self.health.set(name, status)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Graceful stop: release partitions (peers take over at once), close streams, exit."""
+        self._stopping = True
+        if self._ownership is not None:
+            with contextlib.suppress(SchedError, Exception):
+                await asyncio.wait_for(self._ownership.release_all(), 10)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for p in list(self.manager.runners):
+            await self._lost(p, "shutdown")
+        await self._close_session()
+        await self.dispatcher.close()
+        await self.server.stop(grace_s)
+        await self.etcd.close()
+        self.history.close()
+
+    async def _close_session(self) -> None:
+        if self._membership is not None:
+            with contextlib.suppress(Exception):
+                await self._membership.close()
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                await self._session.close()
+
+    # -- coordination ------------------------------------------------------------------------
+
+    async def _coordinate(self) -> None:
+        """Keeps a session and the partition share; a lost session is replaced by a new one."""
+        while not self._stopping:
+            try:
+                await self._one_session()
+            except SchedError as exc:
+                log.warning("node %s: coordination failed: %s; retrying", self.config.node_id, exc)
+            await self._close_session()
+            if not self._stopping:
+                await self.clock.sleep(1.0)
+
+    async def _one_session(self) -> None:
+        cfg = self.config
+        self._session = Session(self.etcd, ttl_s=cfg.session_ttl_s, clock=self.clock)
+        await self._session.start()
+        info = NodeInfo(cfg.node_id, self.address, "0.1.0", self.started_ms, self.clock.now_ms())
+        self._membership = Membership(self.etcd, self.keys, self._session, info, clock=self.clock)
+        await self._membership.start()
+        self._ownership = PartitionOwnership(
+            self.etcd,
+            self.keys,
+            self._session,
+            self._membership,
+            OwnershipConfig(cfg.partitions),
+            on_acquired=self._acquired,
+            on_lost=self._lost,
+        )
+        await self._ownership.run()
+
+    async def _acquired(self, fence: Fence) -> None:
+        store = PartitionStore(self.etcd, self.keys, fence, max_items=self.config.txn_items)
+        runner = PartitionRunner(store, self.config, self.clock, self.history, self.manager)
+        self.manager.runners[fence.partition] = runner
+        try:
+            await runner.start()
+        except SchedError:
+            self.manager.runners.pop(fence.partition, None)
+            await runner.stop()
+            raise
+
+    async def _lost(self, partition: int, reason: str) -> None:
+        runner = self.manager.runners.get(partition)
+        if runner is None:
+            return
+        if reason in ("shutdown", "rebalance", "clock skew"):
+            given_back = await runner.unclaim()
+            if given_back:
+                log.info("partition %d: gave back %d claimed fires", partition, given_back)
+        self.manager.runners.pop(partition, None)
+        ids = await runner.stop()
+        self.dispatcher.forget(ids)
+        for eid in ids:
+            job_id, _ = parse_execution_id(eid)
+            self.manager.running.get(job_id, set()).discard(eid)
+        log.info("partition %d released (%s)", partition, reason)
+
+    def _fenced(self, partition: int, reason: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._lost(partition, reason))
+        self._tasks.append(task)
+
+    # -- watching API changes -----------------------------------------------------------------
+
+    async def _watch_notify(self) -> None:
+        start = self.keys.notify_prefix()
+        while not self._stopping:
+            try:
+                _, rev, _ = await self.etcd.range(start, prefix_end(start), limit=1, keys_only=True)
+                async for batch in self.etcd.watch(start, prefix_end(start), rev + 1):
+                    for ev in batch.events:
+                        if ev.kind == "put":
+                            self._notified(self.keys.parse_notify_key(ev.kv.key), ev.kv.value)
+            except WatchCompacted:
+                for runner in list(self.manager.runners.values()):
+                    self._spawn(runner.reload_window())
+            except SchedError as exc:
+                log.warning("notify watch failed: %s; re-watching", exc)
+                await self.clock.sleep(0.5)
+
+    def _notified(self, partition: int, value: bytes) -> None:
+        runner = self.manager.runners.get(partition)
+        if runner is None:
+            return
+        if value == b"*":
+            self._spawn(runner.reload_window())
+        else:
+            self._spawn(runner.reconcile(json.loads(value)))
+
+    def _spawn(self, coro: object) -> None:
+        async def guarded() -> None:
+            try:
+                await coro  # type: ignore[misc]
+            except SchedError as exc:
+                log.warning("reconcile failed: %s", exc)
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.append(task)
+        self._tasks = [t for t in self._tasks if not t.done() or t is task]
+
+    # -- housekeeping -------------------------------------------------------------------------
+
+    async def _probe_etcd(self) -> None:
+        serving = True
+        while True:
+            try:
+                await self.etcd.get(self.keys.meta_key())
+                ok = True
+            except Unavailable:
+                ok = False
+            if ok != serving:
+                log.warning("etcd %s", "reachable again" if ok else "unreachable: NOT_SERVING")
+                self._set_health(ok)
+                serving = ok
+            await self.clock.sleep(2.0)
+
+    async def _compact_loop(self) -> None:
+        """Compacts etcd's MVCC history so it does not grow forever (keeps recent revisions)."""
+        while True:
+            await self.clock.sleep(self.config.compaction_interval_s)
+            if not self.manager.runners or 0 not in self.manager.runners:
+                continue  # one node does it: the owner of partition 0
+            try:
+                _, rev, _ = await self.etcd.range(
+                    self.keys.meta_key(), prefix_end(self.keys.meta_key()), limit=1
+                )
+                target = rev - self.config.compaction_keep_revisions
+                if target > 0:
+                    await self.etcd.compact(target)
+            except SchedError as exc:
+                log.warning("compaction failed: %s", exc)
+
+    # -- LiveView for the API -----------------------------------------------------------------
+
+    def live_execution(self, execution_id: str) -> execution_pb2.Execution | None:
+        job_id, _ = parse_execution_id(execution_id)
+        runner = self.manager.runners.get(partition_of(job_id, self.config.partitions))
+        live = runner.live.get(execution_id) if runner else None
+        if live is None:
+            return None
+        out = execution_pb2.Execution()
+        out.CopyFrom(live.ex)
+        return out
+
+    def live_executions(self) -> list[execution_pb2.Execution]:
+        out = []
+        for runner in self.manager.runners.values():
+            for live in runner.live.values():
+                ex = execution_pb2.Execution()
+                ex.CopyFrom(live.ex)
+                out.append(ex)
+        return out
+
+    async def cluster_status(self) -> scheduler_pb2.ClusterStatus:
+        status = scheduler_pb2.ClusterStatus(
+            cluster_id=self.cluster_id, partition_count=self.config.partitions
+        )
+        owners: dict[str, int] = {}
+        if self._ownership is not None:
+            for p, owner, epoch in await self._ownership.partitions_status():
+                status.partitions.append(
+                    scheduler_pb2.PartitionStatus(partition=p, owner=owner, epoch=epoch)
+                )
+                owners[owner] = owners.get(owner, 0) + 1
+        if self._membership is not None:
+            for info in sorted(self._membership.live_nodes().values(), key=lambda i: i.node_id):
+                status.nodes.append(
+                    scheduler_pb2.NodeStatus(
+                        node_id=info.node_id,
+                        address=info.address,
+                        version=info.version,
+                        started_ms=info.started_ms,
+                        clock_ms=info.clock_ms,
+                        partitions_owned=owners.get(info.node_id, 0),
+                    )
+                )
+        status.workers.extend(self.dispatcher.workers())
+        return status

@@ -1,0 +1,400 @@
+"""One owned partition: window loader, claims ahead of the fire, the timer wheel, the firer.
+
+The life of a schedule fire here::
+
+    due/p/{due_ms}/{job} in etcd --load (window W)--> self.due (sorted, in memory)
+        --claim at due_ms - L (batched, fenced txn)--> runs/p/{job}/{sched} PENDING, token = rev
+        --wheel timer at due_ms--> Dispatch on a worker stream (no etcd on this path)
+        --Result with the token--> one fenced compare-and-delete (or retry / dead letter)
+
+Everything that matters is in etcd; this object is rebuilt from it on start or takeover, and
+every execution it inherits is re-tokened before it is dispatched again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sortedcontainers import SortedDict
+
+from schedd._clock import Clock
+from schedd._errors import FencedOut, SchedError
+from schedd.history import History
+from schedd.node._config import NodeConfig
+from schedd.node._executions import Live, Outcomes
+from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
+from schedd.store._jobs import new_execution
+from schedd.store._owner import CachedJob, Item, PartitionStore
+from schedd.store._records import FIRE, DueEntry, JobState
+from schedd.timerwheel import TimerWheel, WheelDriver
+from schedd.v1 import execution_pb2, job_pb2
+
+log = logging.getLogger(__name__)
+
+_MISFIRE_MODES = {
+    job_pb2.MISFIRE_CATCH_UP: "catch_up",
+    job_pb2.MISFIRE_ONCE: "once",
+    job_pb2.MISFIRE_SKIP: "skip",
+}
+
+
+@dataclass
+class _Claim:
+    """A planned claim: the due entry, what the item writes, and what to do once it holds."""
+
+    entry: DueEntry
+    item: Item
+    executions: list[execution_pb2.Execution]
+    next_state: JobState | None = None
+    missed: list[execution_pb2.Execution] | None = None
+
+
+class PartitionRunner:
+    """Schedules the jobs of one partition while this node holds its fence."""
+
+    def __init__(
+        self,
+        store: PartitionStore,
+        config: NodeConfig,
+        clock: Clock,
+        history: History,
+        outcomes: Outcomes,
+    ) -> None:
+        self.store = store
+        self.partition = store.partition
+        self.config = config
+        self.clock = clock
+        self.history = history
+        self.out = outcomes
+        self.due: SortedDict = SortedDict()  # (due_ms, job_id) -> DueEntry
+        self.jobs: dict[str, CachedJob] = {}
+        self._schedules: dict[tuple[str, int], Schedule] = {}
+        self.live: dict[str, Live] = {}
+        self.window_end = 0
+        self.wheel: TimerWheel[str] = TimerWheel(tick_ms=config.tick_ms, start_ms=clock.now_ms())
+        self.driver: WheelDriver[str] = WheelDriver(self.wheel, clock, self._on_timers)
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lock = asyncio.Lock()
+        self.stopped = asyncio.Event()
+        self.claims_total = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Loads the window and the live executions, re-tokens inherited ones, starts loops."""
+        now = self.clock.now_ms()
+        entries, _ = await self.store.load_due(now + self.config.window_ms)
+        self.window_end = now + self.config.window_ms
+        for e in entries:
+            self.due[(e.due_ms, e.job_id)] = e
+        waiting = {(e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE}
+        runs = await self.store.load_runs()
+        inherited = [r for r in runs if (r.job_id, r.scheduled_ms) not in waiting]
+        inherited = [r for r in inherited if r.state != execution_pb2.EXECUTION_RETRY_WAIT]
+        await self._adopt(inherited)
+        self._tasks = [
+            asyncio.create_task(self._claim_loop(), name=f"claim-{self.partition}"),
+            asyncio.create_task(self.driver.run(), name=f"wheel-{self.partition}"),
+        ]
+        log.info(
+            "partition %d: loaded %d due entries, adopted %d live executions (epoch %d)",
+            self.partition, len(entries), len(inherited), self.store.fence.epoch,
+        )  # fmt: skip
+
+    async def stop(self) -> list[str]:
+        """Stops the loops; returns the ids of executions this runner had in memory."""
+        self.driver.stop()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.stopped.set()
+        return list(self.live)
+
+    async def unclaim(self) -> int:
+        """Gives back claimed schedule fires not yet dispatched (graceful release).
+
+        The next owner then sees them as due entries and applies each job's misfire policy,
+        instead of inheriting claims it must honour. Returns how many were given back.
+        """
+        async with self._lock:
+            by_job: dict[str, list[Live]] = {}
+            for live in self.live.values():
+                if not live.dispatched and live.ex.trigger == execution_pb2.TRIGGER_SCHEDULE:
+                    by_job.setdefault(live.ex.job_id, []).append(live)
+            items, groups = [], []
+            for job_id, lives in by_job.items():
+                cached = self.jobs.get(job_id)
+                if cached is None:
+                    continue
+                items.append(self.store.unclaim(cached, [lv.ex for lv in lives]))
+                groups.append(lives)
+            if not items:
+                return 0
+            try:
+                ok, _ = await self.store.apply(items)
+            except (FencedOut, SchedError):
+                return 0
+            n = 0
+            for lives, good in zip(groups, ok, strict=True):
+                if good:
+                    for lv in lives:
+                        self.live.pop(lv.ex.id, None)
+                        if lv.timer is not None:
+                            self.driver.cancel(lv.timer)
+                    n += len(lives)
+            return n
+
+    def _fenced_out(self, exc: FencedOut) -> None:
+        log.warning("partition %d: %s; stopping", self.partition, exc)
+        self.out.partition_lost(self.partition, str(exc))
+
+    async def _adopt(self, runs: Sequence[execution_pb2.Execution]) -> None:
+        """Re-tokens executions a previous epoch may have sent out, then arms their timers."""
+        if not runs:
+            return
+        items = []
+        for r in runs:
+            r.state = execution_pb2.EXECUTION_PENDING
+            r.worker_id = ""
+            items.append(self.store.rewrite_run(r))
+        ok, revs = await self.store.apply_each(items)
+        for r, good, rev in zip(runs, ok, revs, strict=True):
+            if good:
+                r.fencing_token = rev
+                self._arm(r)
+
+    def _arm(self, ex: execution_pb2.Execution) -> None:
+        live = Live(ex)
+        self.live[ex.id] = live
+        live.timer = self.driver.add(max(ex.due_ms, self.clock.now_ms()), ex.id)
+
+    # -- claims -----------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        while True:
+            try:
+                await self._claim_round()
+            except FencedOut as exc:
+                self._fenced_out(exc)
+                return
+            except SchedError as exc:
+                log.warning("partition %d: claim round failed: %s; retrying", self.partition, exc)
+                await self.clock.sleep(0.5)
+
+    async def _claim_round(self) -> None:
+        now = self.clock.now_ms()
+        if now + self.config.window_ms // 2 >= self.window_end:
+            await self._extend_window(now)
+        batch = self._take_due(now + self.config.lead_ms)
+        if batch:
+            async with self._lock:
+                await self._claim(batch)
+            return
+        wait_ms = self.window_end - self.config.window_ms // 2 - now
+        if self.due:
+            first_due = self.due.peekitem(0)[0][0]
+            wait_ms = min(wait_ms, first_due - self.config.lead_ms - now)
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
+
+    async def _extend_window(self, now: int) -> None:
+        entries, _ = await self.store.load_due(now + self.config.window_ms)
+        for e in entries:
+            self.due.setdefault((e.due_ms, e.job_id), e)
+        self.window_end = now + self.config.window_ms
+
+    def _take_due(self, horizon_ms: int) -> list[DueEntry]:
+        """Due entries up to the horizon, at most one per job (one txn cannot touch a key twice)."""
+        taken: list[DueEntry] = []
+        seen: set[str] = set()
+        for key in list(self.due.irange(maximum=(horizon_ms, "\U0010ffff"))):
+            entry = self.due[key]
+            if entry.job_id in seen:
+                continue
+            seen.add(entry.job_id)
+            del self.due[key]
+            taken.append(entry)
+            if len(taken) >= self.config.claim_batch:
+                break
+        return taken
+
+    async def _claim(self, entries: list[DueEntry]) -> None:
+        missing = [e.job_id for e in entries if e.job_id not in self.jobs]
+        if missing:
+            self.jobs.update(await self.store.fetch_jobs(missing))
+        now = self.clock.now_ms()
+        claims: list[_Claim] = []
+        for entry in entries:
+            claim = await self._plan(entry, now)
+            if claim is not None:
+                claims.append(claim)
+        if not claims:
+            return
+        ok, revs = await self.store.apply_each([c.item for c in claims])
+        failed: list[str] = []
+        for claim, good, rev in zip(claims, ok, revs, strict=True):
+            if good:
+                self._claimed(claim, rev)
+            else:
+                failed.append(claim.entry.job_id)
+        if failed:
+            await self.reconcile(failed)
+
+    async def _plan(self, entry: DueEntry, now: int) -> _Claim | None:
+        cached = self.jobs.get(entry.job_id)
+        if cached is None:
+            return _Claim(entry, self.store.drop_due(entry), [])
+        if entry.kind != FIRE:
+            return await self._plan_run(entry, cached)
+        return self._plan_fire(entry, cached, now)
+
+    def schedule_of(self, cached: CachedJob) -> Schedule:
+        key = (cached.job.id, cached.spec_revision)
+        sched = self._schedules.get(key)
+        if sched is None:
+            job = cached.job
+            sched = parse_schedule(
+                job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms
+            )
+            self._schedules[key] = sched
+        return sched
+
+    def _plan_fire(self, entry: DueEntry, cached: CachedJob, now: int) -> _Claim:
+        job, sched = cached.job, self.schedule_of(cached)
+        late = now - entry.due_ms > self.config.grace_ms
+        missed: list[execution_pb2.Execution] = []
+        if not late:
+            fires = [entry.scheduled_ms]
+            nxt = sched.next_fire(entry.scheduled_ms)
+        else:
+            plan = plan_misfires(
+                sched,
+                cursor_ms=entry.scheduled_ms - 1,
+                now_ms=now,
+                mode=_MISFIRE_MODES.get(job.misfire.mode, "once"),
+                catch_up_limit=job.misfire.catch_up_limit or 10,
+                starting_deadline_ms=job.misfire.starting_deadline_ms,
+                grace_ms=self.config.grace_ms,
+            )
+            fires, nxt = plan.run, plan.next_fire_ms
+            missed = [self._missed(job, f, reason, now) for f, reason in plan.missed]
+            if plan.missed_not_listed:
+                log.warning(
+                    "job %s: %d more missed fires not recorded", job.id, plan.missed_not_listed
+                )
+        executions = []
+        for f in fires:
+            trigger = (
+                execution_pb2.TRIGGER_CATCH_UP
+                if now - f > self.config.grace_ms
+                else execution_pb2.TRIGGER_SCHEDULE
+            )
+            due = (
+                f + jitter_offset_ms(job.id, f, job.jitter_ms)
+                if trigger == execution_pb2.TRIGGER_SCHEDULE
+                else now
+            )
+            executions.append(new_execution(job, self.partition, f, due, trigger))
+        last = max([entry.scheduled_ms, *fires])
+        state = JobState(0, 0, last)
+        if nxt is not None:
+            due_next = nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms)
+            state = JobState(due_next if due_next != entry.due_ms else due_next + 1, nxt, last)
+        item = self.store.claim_fire(cached, entry, executions, state)
+        return _Claim(entry, item, executions, state, missed)
+
+    def _missed(
+        self, job: job_pb2.Job, fire_ms: int, reason: str, now: int
+    ) -> execution_pb2.Execution:
+        ex = new_execution(job, self.partition, fire_ms, fire_ms, execution_pb2.TRIGGER_SCHEDULE)
+        ex.state = execution_pb2.EXECUTION_MISSED
+        ex.reason = reason
+        ex.finished_ms = now
+        return ex
+
+    async def _plan_run(self, entry: DueEntry, cached: CachedJob) -> _Claim:
+        runs = await self.store.load_runs(entry.job_id)
+        ex = next((r for r in runs if r.scheduled_ms == entry.scheduled_ms), None)
+        if ex is None:
+            return _Claim(entry, self.store.drop_due(entry), [])
+        ex.state = execution_pb2.EXECUTION_PENDING
+        ex.due_ms = entry.due_ms
+        return _Claim(entry, self.store.rewrite_run(ex, consume=entry), [ex])
+
+    def _claimed(self, claim: _Claim, rev: int) -> None:
+        self.claims_total += len(claim.executions)
+        for ex in claim.executions:
+            ex.fencing_token = rev
+            self._arm(ex)
+        if claim.missed:
+            self.history.record(claim.missed)
+            self.out.recorded(claim.missed)
+        state = claim.next_state
+        if state is None:
+            return
+        cached = self.jobs[claim.entry.job_id]
+        self.jobs[claim.entry.job_id] = CachedJob(cached.job, cached.spec_revision, state, rev)
+        if state.due_ms and state.due_ms <= self.window_end:
+            nxt = DueEntry(
+                self.partition, state.due_ms, claim.entry.job_id, FIRE, state.next_fire_ms, rev
+            )
+            self.due[(nxt.due_ms, nxt.job_id)] = nxt
+            self._wake.set()
+
+    # -- reconciling with API changes ---------------------------------------------------------
+
+    async def reconcile(self, job_ids: Iterable[str]) -> None:
+        """Re-reads these jobs from etcd and makes memory agree (after notify or a failed claim)."""
+        ids = list(dict.fromkeys(job_ids))
+        fresh = await self.store.fetch_jobs(ids)
+        async with self._lock:
+            entries, _ = await self.store.load_due(self.window_end)
+            wanted = set(ids)
+            for key in [k for k in self.due if k[1] in wanted]:
+                del self.due[key]
+            for e in entries:
+                if e.job_id in wanted:
+                    self.due[(e.due_ms, e.job_id)] = e
+            for job_id in ids:
+                await self._reconcile_one(job_id, fresh.get(job_id))
+        self._wake.set()
+
+    async def _reconcile_one(self, job_id: str, cached: CachedJob | None) -> None:
+        if cached is None:
+            self.jobs.pop(job_id, None)
+        else:
+            self.jobs[job_id] = cached
+        runs = {r.id: r for r in await self.store.load_runs(job_id)}
+        for eid in [e for e, lv in self.live.items() if lv.ex.job_id == job_id]:
+            current = runs.get(eid)
+            if current is None or current.fencing_token != self.live[eid].ex.fencing_token:
+                self.out.cancel_live(self, self.live.pop(eid), "removed by an API change")
+
+    async def reload_window(self) -> None:
+        """Re-reads the whole window (after a large batch of API changes or a compacted watch)."""
+        now = self.clock.now_ms()
+        entries, _ = await self.store.load_due(now + self.config.window_ms)
+        async with self._lock:
+            self.due.clear()
+            for e in entries:
+                self.due[(e.due_ms, e.job_id)] = e
+            self.window_end = now + self.config.window_ms
+            stale = [j for j in self.jobs if j in {e.job_id for e in entries}]
+            for j in stale:
+                self.jobs.pop(j, None)
+        self._wake.set()
+
+    # -- firing -----------------------------------------------------------------------------
+
+    async def _on_timers(self, execution_ids: list[str]) -> None:
+        lives = [self.live[e] for e in execution_ids if e in self.live]
+        if lives:
+            await self.out.fire(self, lives)

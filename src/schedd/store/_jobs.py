@@ -1,0 +1,499 @@
+"""The client API's transactions: create, read, update, delete, trigger, backfill, redrive.
+
+Any node serves these. Each change to a job that its partition owner must see also writes
+``notify/{p}`` in the same transaction; owners watch ``notify/`` (one stream, events only for
+API changes, never for their own claims) and re-read the named jobs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from schedd._errors import (
+    AlreadyExists,
+    Conflict,
+    ExecutionNotFound,
+    FailedPrecondition,
+    JobNotFound,
+    SchedError,
+)
+from schedd.model import same_spec
+from schedd.schedule import jitter_offset_ms, parse_schedule
+from schedd.store._etcd import (
+    Etcd,
+    KeyValue,
+    cmp_create,
+    cmp_mod,
+    op_delete,
+    op_get,
+    op_put,
+    op_txn,
+    prefix_end,
+)
+from schedd.store._keys import Keys, parse_execution_id, partition_of
+from schedd.store._records import DueEntry, JobState, decode_execution, encode_execution
+from schedd.v1 import execution_pb2, job_pb2
+
+#: A notify value listing more ids than this says "*": the owner reloads its whole window.
+NOTIFY_MAX_IDS = 200
+#: Pending executions due later than now + this are removed by update, pause and delete;
+#: earlier ones may already be on a worker and are left to finish.
+IN_FLIGHT_MARGIN_MS = 500
+
+Mutation = Callable[[job_pb2.Job], job_pb2.Job]
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    job: job_pb2.Job
+    spec_revision: int
+    state: JobState
+    state_revision: int
+
+
+def first_state(job: job_pb2.Job, after_ms: int) -> JobState:
+    """The cursor of a job whose next fire is the first one strictly after ``after_ms``."""
+    if job.paused:
+        return JobState()
+    schedule = parse_schedule(job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms)
+    nxt = schedule.next_fire(after_ms)
+    if nxt is None:
+        return JobState()
+    return JobState(nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms), nxt, 0)
+
+
+def _notify(keys: Keys, by_partition: dict[int, list[str]]) -> list[Any]:
+    ops = []
+    for p, ids in sorted(by_partition.items()):
+        value = "*" if len(ids) > NOTIFY_MAX_IDS else json.dumps(ids)
+        ops.append(op_put(keys.notify_key(p), value.encode()))
+    return ops
+
+
+class JobStore:
+    """Jobs and executions as the client API sees them."""
+
+    def __init__(self, etcd: Etcd, keys: Keys, partitions: int, *, batch: int = 128) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.partitions = partitions
+        self.batch = batch
+
+    def partition(self, job_id: str) -> int:
+        return partition_of(job_id, self.partitions)
+
+    # -- create -------------------------------------------------------------------------------
+
+    async def create_jobs(
+        self, jobs: Sequence[job_pb2.Job], now_ms: int
+    ) -> list[tuple[job_pb2.Job, bool] | SchedError]:
+        """Creates validated jobs (ids assigned); per job (job, created) or the error.
+
+        Idempotent: a job whose (tenant, idempotency key) exists returns the existing job with
+        ``created=False`` when the spec is the same, and ALREADY_EXISTS when it differs.
+        """
+        out: list[tuple[job_pb2.Job, bool] | SchedError] = []
+        for i in range(0, len(jobs), self.batch):
+            out += await self._create_chunk(jobs[i : i + self.batch], now_ms)
+        return out
+
+    async def _create_chunk(
+        self, jobs: Sequence[job_pb2.Job], now_ms: int
+    ) -> list[tuple[job_pb2.Job, bool] | SchedError]:
+        k = self.keys
+        nested: list[Any] = []
+        states: list[JobState] = []
+        touched: dict[int, list[str]] = {}
+        for job in jobs:
+            job.partition = self.partition(job.id)
+            state = first_state(job, now_ms - 1)
+            states.append(state)
+            cmps = [cmp_create(k.job_key(job.id), 0)]
+            ops = [
+                op_put(k.job_key(job.id), job.SerializeToString()),
+                op_put(k.state_key(job.id), state.encode()),
+            ]
+            if job.idempotency_key:
+                idem = k.idem_key(job.tenant, job.idempotency_key)
+                cmps.append(cmp_create(idem, 0))
+                ops.append(op_put(idem, job.id.encode()))
+            if state.due_ms:
+                entry = DueEntry(job.partition, state.due_ms, job.id, "f", state.next_fire_ms)
+                ops.append(op_put(k.due_key(job.partition, state.due_ms, job.id), entry.encode()))
+                touched.setdefault(job.partition, []).append(job.id)
+            nested.append(op_txn(cmps, ops))
+        resp = await self.etcd.txn([], nested + _notify(k, touched))
+        rev = int(resp.header.revision)
+        out: list[tuple[job_pb2.Job, bool] | SchedError] = []
+        for n, job in enumerate(jobs):
+            if resp.responses[n].response_txn.succeeded:
+                job.version = rev
+                job.next_fire_ms = states[n].next_fire_ms
+                out.append((job, True))
+            else:
+                out.append(await self._explain_create_failure(job))
+        return out
+
+    async def _explain_create_failure(
+        self, job: job_pb2.Job
+    ) -> tuple[job_pb2.Job, bool] | SchedError:
+        if job.idempotency_key:
+            kv = await self.etcd.get(self.keys.idem_key(job.tenant, job.idempotency_key))
+            if kv is not None:
+                try:
+                    existing = await self.get_job(kv.value.decode())
+                except JobNotFound:
+                    return Conflict(
+                        f"idempotency key {job.idempotency_key!r} is being reused; retry"
+                    )
+                if same_spec(existing, job):
+                    return existing, False
+                return AlreadyExists(
+                    f"idempotency key {job.idempotency_key!r} belongs to job {existing.id!r} "
+                    "with a different spec"
+                )
+        return AlreadyExists(f"job {job.id!r} already exists")
+
+    # -- read -----------------------------------------------------------------------------------
+
+    async def read(self, job_id: str) -> StoredJob:
+        k = self.keys
+        resp = await self.etcd.txn([], [op_get(k.job_key(job_id)), op_get(k.state_key(job_id))])
+        spec, state = resp.responses[0].response_range.kvs, resp.responses[1].response_range.kvs
+        if not spec:
+            raise JobNotFound(job_id)
+        st = JobState.decode(state[0].value) if state else JobState()
+        return StoredJob(
+            job_pb2.Job.FromString(spec[0].value),
+            spec[0].mod_revision,
+            st,
+            state[0].mod_revision if state else 0,
+        )
+
+    def _present(self, stored: StoredJob) -> job_pb2.Job:
+        job = stored.job
+        job.version = stored.spec_revision
+        job.next_fire_ms = stored.state.next_fire_ms
+        job.last_fire_ms = stored.state.last_fire_ms
+        job.partition = self.partition(job.id)
+        return job
+
+    async def get_job(self, job_id: str) -> job_pb2.Job:
+        return self._present(await self.read(job_id))
+
+    async def list_jobs(
+        self, *, tenant: str = "", name_prefix: str = "", page_size: int = 100, page_token: str = ""
+    ) -> tuple[list[job_pb2.Job], str]:
+        """A page of jobs in id order; the token is the last id returned ("" at the end)."""
+        start = self.keys.jobs_prefix() + page_token.encode() + (b"\x00" if page_token else b"")
+        end = prefix_end(self.keys.jobs_prefix())
+        found: list[job_pb2.Job] = []
+        while len(found) < page_size:
+            kvs, _, more = await self.etcd.range(start, end, limit=max(page_size * 2, 100))
+            for kv in kvs:
+                job = job_pb2.Job.FromString(kv.value)
+                job.version = kv.mod_revision
+                if (not tenant or job.tenant == tenant) and job.name.startswith(name_prefix):
+                    found.append(job)
+                    if len(found) == page_size:
+                        more = more or kv is not kvs[-1]
+                        break
+            if not more or not kvs:
+                break
+            start = (
+                self.keys.jobs_prefix() + found[-1].id.encode()
+                if len(found) == page_size
+                else kvs[-1].key
+            ) + b"\x00"
+        states = await self._states([j.id for j in found])
+        for job in found:
+            st = states.get(job.id, JobState())
+            job.next_fire_ms, job.last_fire_ms = st.next_fire_ms, st.last_fire_ms
+            job.partition = self.partition(job.id)
+        token = found[-1].id if len(found) == page_size and more else ""
+        return found, token
+
+    async def _states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        out: dict[str, JobState] = {}
+        for i in range(0, len(job_ids), self.batch):
+            chunk = job_ids[i : i + self.batch]
+            resp = await self.etcd.txn([], [op_get(self.keys.state_key(j)) for j in chunk])
+            for n, job_id in enumerate(chunk):
+                kvs = resp.responses[n].response_range.kvs
+                if kvs:
+                    out[job_id] = JobState.decode(kvs[0].value)
+        return out
+
+    # -- change ---------------------------------------------------------------------------------
+
+    async def _runs(self, job_id: str) -> list[execution_pb2.Execution]:
+        start = self.keys.runs_job_prefix(self.partition(job_id), job_id)
+        kvs, _ = await self.etcd.range_all(start, prefix_end(start))
+        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+
+    def _drop_future_runs(
+        self, runs: Sequence[execution_pb2.Execution], now_ms: int, *, all_triggers: bool
+    ) -> tuple[list[Any], list[Any], int]:
+        """Compares and ops removing pre-claimed executions that cannot be on a worker yet."""
+        k, cmps, ops, count = self.keys, [], [], 0
+        for ex in runs:
+            if ex.state not in (
+                execution_pb2.EXECUTION_PENDING,
+                execution_pb2.EXECUTION_RETRY_WAIT,
+            ):
+                continue
+            if (
+                ex.due_ms <= now_ms + IN_FLIGHT_MARGIN_MS
+                and ex.state == execution_pb2.EXECUTION_PENDING
+            ):
+                continue
+            if not all_triggers and ex.trigger != execution_pb2.TRIGGER_SCHEDULE:
+                continue
+            run_key = k.run_key(ex.partition, ex.job_id, ex.scheduled_ms)
+            cmps.append(cmp_mod(run_key, ex.fencing_token))
+            ops.append(op_delete(run_key))
+            if ex.due_ms and (
+                ex.state == execution_pb2.EXECUTION_RETRY_WAIT
+                or ex.trigger != execution_pb2.TRIGGER_SCHEDULE
+            ):
+                ops.append(op_delete(k.due_key(ex.partition, ex.due_ms, ex.job_id)))
+            count += 1
+        return cmps, ops, count
+
+    async def update_job(
+        self, job_id: str, mutate: Mutation, now_ms: int, *, expected_version: int = 0
+    ) -> job_pb2.Job:
+        """Applies ``mutate`` to the stored spec and re-plans the next fire, atomically.
+
+        Pre-claimed scheduled executions not yet due are removed (they were claimed under the
+        old spec); the next fire is recomputed from now. Retries on concurrent claims.
+
+        Raises:
+            JobNotFound, Conflict (expected_version differs), InvalidArgument from ``mutate``.
+        """
+        for _ in range(8):
+            stored = await self.read(job_id)
+            if expected_version and stored.spec_revision != expected_version:
+                raise Conflict(
+                    f"job {job_id!r} is at version {stored.spec_revision}, not {expected_version}"
+                )
+            new = mutate(job_pb2.Job.FromString(stored.job.SerializeToString()))
+            runs = await self._runs(job_id)
+            result = await self._replace(stored, new, runs, now_ms)
+            if result is not None:
+                return result
+        raise Conflict(f"job {job_id!r} kept changing while being updated; retry")
+
+    async def _replace(
+        self,
+        stored: StoredJob,
+        new: job_pb2.Job,
+        runs: Sequence[execution_pb2.Execution],
+        now_ms: int,
+    ) -> job_pb2.Job | None:
+        k, job_id = self.keys, stored.job.id
+        p = self.partition(job_id)
+        cmps, ops, _ = self._drop_future_runs(runs, now_ms, all_triggers=False)
+        state = first_state(new, now_ms)
+        state.last_fire_ms = stored.state.last_fire_ms
+        cmps += [
+            cmp_mod(k.job_key(job_id), stored.spec_revision),
+            cmp_mod(k.state_key(job_id), stored.state_revision),
+        ]
+        if stored.state.due_ms:
+            ops.append(op_delete(k.due_key(p, stored.state.due_ms, job_id)))
+        ops += [
+            op_put(k.job_key(job_id), new.SerializeToString()),
+            op_put(k.state_key(job_id), state.encode()),
+        ]
+        if state.due_ms:
+            entry = DueEntry(p, state.due_ms, job_id, "f", state.next_fire_ms)
+            if stored.state.due_ms == state.due_ms:
+                ops = [
+                    o
+                    for o in ops
+                    if not (
+                        o.HasField("request_delete_range")
+                        and o.request_delete_range.key == k.due_key(p, state.due_ms, job_id)
+                    )
+                ]
+            ops.append(op_put(k.due_key(p, state.due_ms, job_id), entry.encode()))
+        ops += _notify(k, {p: [job_id]})
+        resp = await self.etcd.txn(cmps, ops)
+        if not resp.succeeded:
+            return None
+        return self._present(
+            StoredJob(new, int(resp.header.revision), state, int(resp.header.revision))
+        )
+
+    async def set_paused(self, job_id: str, paused: bool, now_ms: int) -> job_pb2.Job:
+        def mutate(job: job_pb2.Job) -> job_pb2.Job:
+            job.paused = paused
+            job.updated_ms = now_ms
+            return job
+
+        return await self.update_job(job_id, mutate, now_ms)
+
+    async def delete_job(self, job_id: str, now_ms: int) -> int:
+        """Deletes the job and its not-yet-due executions; returns how many were removed."""
+        k = self.keys
+        for _ in range(8):
+            stored = await self.read(job_id)
+            runs = await self._runs(job_id)
+            p = self.partition(job_id)
+            cmps, ops, count = self._drop_future_runs(runs, now_ms, all_triggers=True)
+            cmps.append(cmp_mod(k.job_key(job_id), stored.spec_revision))
+            cmps.append(cmp_mod(k.state_key(job_id), stored.state_revision))
+            ops += [op_delete(k.job_key(job_id)), op_delete(k.state_key(job_id))]
+            if stored.state.due_ms:
+                ops.append(op_delete(k.due_key(p, stored.state.due_ms, job_id)))
+            if stored.job.idempotency_key:
+                ops.append(op_delete(k.idem_key(stored.job.tenant, stored.job.idempotency_key)))
+            ops += _notify(k, {p: [job_id]})
+            resp = await self.etcd.txn(cmps, ops)
+            if resp.succeeded:
+                return count
+        raise Conflict(f"job {job_id!r} kept changing while being deleted; retry")
+
+    # -- runs on demand ---------------------------------------------------------------------------
+
+    async def add_runs(
+        self,
+        job: job_pb2.Job,
+        scheduled: Sequence[int],
+        trigger: int,
+        now_ms: int,
+        *,
+        payload_override: bytes = b"",
+    ) -> list[execution_pb2.Execution]:
+        """Creates PENDING executions for these fire times, due now; existing ones are skipped."""
+        k, p = self.keys, self.partition(job.id)
+        created: list[execution_pb2.Execution] = []
+        for i in range(0, len(scheduled), self.batch):
+            nested, chunk = [], []
+            for n, sched in enumerate(scheduled[i : i + self.batch]):
+                ex = new_execution(job, p, sched, now_ms + i + n, trigger)
+                if payload_override:
+                    ex.payload_override = payload_override
+                    ex.has_payload_override = True
+                run_key = k.run_key(p, job.id, sched)
+                entry = DueEntry(p, ex.due_ms, job.id, "r", sched)
+                nested.append(
+                    op_txn(
+                        [cmp_create(run_key, 0), cmp_create(k.due_key(p, ex.due_ms, job.id), 0)],
+                        [
+                            op_put(run_key, encode_execution(ex)),
+                            op_put(k.due_key(p, ex.due_ms, job.id), entry.encode()),
+                        ],
+                    )
+                )
+                chunk.append(ex)
+            resp = await self.etcd.txn(
+                [cmp_mod(k.job_key(job.id), job.version)], nested + _notify(k, {p: [job.id]})
+            )
+            if not resp.succeeded:
+                raise Conflict(f"job {job.id!r} changed meanwhile; retry")
+            for n, ex in enumerate(chunk):
+                if resp.responses[n].response_txn.succeeded:
+                    ex.fencing_token = int(resp.header.revision)
+                    created.append(ex)
+        return created
+
+    async def get_live_execution(self, execution_id: str) -> execution_pb2.Execution | None:
+        job_id, sched = parse_execution_id(execution_id)
+        kv = await self.etcd.get(self.keys.run_key(self.partition(job_id), job_id, sched))
+        return decode_execution(kv.value, kv.mod_revision) if kv else None
+
+    async def list_live(self, job_id: str = "") -> list[execution_pb2.Execution]:
+        if job_id:
+            return await self._runs(job_id)
+        start = self.keys.prefix + b"runs/"
+        kvs, _ = await self.etcd.range_all(start, prefix_end(start))
+        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+
+    # -- dead letters -----------------------------------------------------------------------------
+
+    async def list_dead(self, tenant: str = "", job_id: str = "") -> list[execution_pb2.Execution]:
+        if job_id and not tenant:
+            tenant = (await self.get_job(job_id)).tenant
+        start = self.keys.dlq_prefix(tenant or None, job_id or None)
+        kvs, _ = await self.etcd.range_all(start, prefix_end(start))
+        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+
+    async def redrive(
+        self, dead: Sequence[execution_pb2.Execution], now_ms: int
+    ) -> list[execution_pb2.Execution]:
+        """Moves dead executions back to live: attempt 1, due now, trigger REDRIVE."""
+        k = self.keys
+        out: list[execution_pb2.Execution] = []
+        for n, ex in enumerate(dead):
+            p = self.partition(ex.job_id)
+            live = execution_pb2.Execution()
+            live.CopyFrom(ex)
+            live.state = execution_pb2.EXECUTION_PENDING
+            live.attempt = 1
+            live.error = ""
+            live.worker_id = ""
+            live.finished_ms = live.started_ms = live.dispatched_ms = 0
+            live.trigger = execution_pb2.TRIGGER_REDRIVE
+            live.due_ms = now_ms + n
+            run_key = k.run_key(p, ex.job_id, ex.scheduled_ms)
+            dlq_key = k.dlq_key(ex.tenant, ex.job_id, ex.scheduled_ms)
+            entry = DueEntry(p, live.due_ms, ex.job_id, "r", ex.scheduled_ms)
+            resp = await self.etcd.txn(
+                [cmp_mod(dlq_key, ex.fencing_token), cmp_create(run_key, 0)],
+                [
+                    op_delete(dlq_key),
+                    op_put(run_key, encode_execution(live)),
+                    op_put(k.due_key(p, live.due_ms, ex.job_id), entry.encode()),
+                    *_notify(k, {p: [ex.job_id]}),
+                ],
+            )
+            if not resp.succeeded:
+                raise FailedPrecondition(f"execution {ex.id!r} is no longer dead or is live again")
+            live.fencing_token = int(resp.header.revision)
+            out.append(live)
+        return out
+
+    async def get_dead(self, execution_id: str) -> execution_pb2.Execution:
+        job_id, sched = parse_execution_id(execution_id)
+        for kv in await self._dlq_candidates(job_id, sched):
+            return decode_execution(kv.value, kv.mod_revision)
+        raise ExecutionNotFound(execution_id)
+
+    async def _dlq_candidates(self, job_id: str, sched: int) -> list[KeyValue]:
+        try:
+            tenant = (await self.get_job(job_id)).tenant
+        except JobNotFound:
+            start = self.keys.dlq_prefix()
+            kvs, _ = await self.etcd.range_all(start, prefix_end(start))
+            suffix = f"/{job_id}/".encode() + b"%013d" % sched
+            return [kv for kv in kvs if kv.key.endswith(suffix)]
+        kv = await self.etcd.get(self.keys.dlq_key(tenant, job_id, sched))
+        return [kv] if kv else []
+
+
+def new_execution(
+    job: job_pb2.Job, partition: int, scheduled_ms: int, due_ms: int, trigger: int
+) -> execution_pb2.Execution:
+    """A PENDING first attempt of ``job`` for the fire at ``scheduled_ms``."""
+    from schedd.store._keys import execution_id
+
+    target = job.WhichOneof("target")
+    return execution_pb2.Execution(
+        id=execution_id(job.id, scheduled_ms),
+        job_id=job.id,
+        tenant=job.tenant,
+        scheduled_ms=scheduled_ms,
+        due_ms=due_ms,
+        state=execution_pb2.EXECUTION_PENDING,
+        attempt=1,
+        trigger=trigger,  # type: ignore[arg-type]
+        partition=partition,
+        queue=job.handler.queue if target == "handler" else "default",
+        handler=job.handler.name if target == "handler" else "",
+        max_attempts=job.retry.max_attempts or 3,
+    )

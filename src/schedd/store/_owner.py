@@ -1,0 +1,252 @@
+"""The partition owner's transactions: every one fenced by the owner key's create revision.
+
+The owner batches: a claim, a result, a redelivery are each an :class:`Item` (compares plus
+ops for one job), and :meth:`PartitionStore.apply` sends many items as nested transactions of
+one outer transaction whose only compare is the fence. A zombie owner (its lease expired, a
+newer owner holds the key) fails the outer compare and writes nothing; a concurrent API change
+to one job fails only that job's nested compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from schedd._errors import FencedOut
+from schedd.store._etcd import (
+    Etcd,
+    KeyValue,
+    cmp_create,
+    cmp_mod,
+    op_delete,
+    op_get,
+    op_put,
+    op_txn,
+    prefix_end,
+)
+from schedd.store._keys import Keys
+from schedd.store._records import DueEntry, JobState, decode_execution, encode_execution
+from schedd.v1 import execution_pb2, job_pb2
+
+
+class FenceLike(Protocol):
+    @property
+    def partition(self) -> int: ...
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def epoch(self) -> int: ...
+
+
+@dataclass
+class Item:
+    """Compares and ops that must apply together for one job (a nested transaction)."""
+
+    compares: list[Any] = field(default_factory=list)
+    ops: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CachedJob:
+    """A job spec and its cursor as the owner last read them (revisions for the compares)."""
+
+    job: job_pb2.Job
+    spec_revision: int
+    state: JobState
+    state_revision: int
+
+
+class PartitionStore:
+    """Reads and fenced writes of one owned partition."""
+
+    def __init__(self, etcd: Etcd, keys: Keys, fence: FenceLike, *, max_items: int = 128) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.fence = fence
+        self.partition = fence.partition
+        self.max_items = max_items
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def load_due(self, until_ms: int) -> tuple[list[DueEntry], int]:
+        """Every due entry with ``due_ms <= until_ms``, and the revision they were read at."""
+        start = self.keys.due_prefix(self.partition)
+        kvs, rev = await self.etcd.range_all(start, self.keys.due_until(self.partition, until_ms))
+        return [self.due_entry(kv) for kv in kvs], rev
+
+    def due_entry(self, kv: KeyValue) -> DueEntry:
+        p, due_ms, job_id = self.keys.parse_due_key(kv.key)
+        return DueEntry.decode(p, due_ms, job_id, kv.value, kv.mod_revision)
+
+    async def load_runs(self, job_id: str | None = None) -> list[execution_pb2.Execution]:
+        """Live executions of the partition (or of one job), tokens filled from mod revisions."""
+        if job_id is None:
+            start = self.keys.runs_prefix(self.partition)
+        else:
+            start = self.keys.runs_job_prefix(self.partition, job_id)
+        kvs, _ = await self.etcd.range_all(start, prefix_end(start))
+        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+
+    async def fetch_jobs(self, job_ids: Iterable[str]) -> dict[str, CachedJob]:
+        """Specs and states of these jobs, batched into few round trips; missing jobs absent."""
+        ids = list(dict.fromkeys(job_ids))
+        out: dict[str, CachedJob] = {}
+        per_txn = max(1, self.max_items // 2)
+        for i in range(0, len(ids), per_txn):
+            chunk = ids[i : i + per_txn]
+            ops = []
+            for job_id in chunk:
+                ops += [op_get(self.keys.job_key(job_id)), op_get(self.keys.state_key(job_id))]
+            resp = await self.etcd.txn([], ops)
+            for n, job_id in enumerate(chunk):
+                spec = resp.responses[2 * n].response_range.kvs
+                state = resp.responses[2 * n + 1].response_range.kvs
+                if not spec:
+                    continue
+                st, st_rev = (
+                    (JobState.decode(state[0].value), state[0].mod_revision)
+                    if state
+                    else (JobState(), 0)
+                )
+                out[job_id] = CachedJob(
+                    job_pb2.Job.FromString(spec[0].value), spec[0].mod_revision, st, st_rev
+                )
+        return out
+
+    # -- the fenced batch -------------------------------------------------------------------
+
+    async def apply(self, items: Sequence[Item]) -> tuple[list[bool], int]:
+        """Applies items as nested txns under the fence; per item, whether its compares held.
+
+        Returns:
+            (outcome per item, revision of the last transaction). The revision is the fencing
+            token of every execution a successful item wrote.
+
+        Raises:
+            FencedOut: the fence no longer holds; nothing of that chunk was written.
+        """
+        outcomes: list[bool] = []
+        revision = 0
+        for i in range(0, len(items), self.max_items):
+            chunk = items[i : i + self.max_items]
+            nested = [op_txn(it.compares, it.ops) for it in chunk]
+            resp = await self.etcd.txn([cmp_create(self.fence.key, self.fence.epoch)], nested)
+            if not resp.succeeded:
+                raise FencedOut(self.partition, self.fence.epoch)
+            revision = int(resp.header.revision)
+            outcomes.extend(bool(r.response_txn.succeeded) for r in resp.responses)
+        return outcomes, revision
+
+    async def apply_each(self, items: Sequence[Item]) -> tuple[list[bool], list[int]]:
+        """Like :meth:`apply`, but also the revision each item was written at."""
+        outcomes: list[bool] = []
+        revisions: list[int] = []
+        for i in range(0, len(items), self.max_items):
+            chunk = items[i : i + self.max_items]
+            ok, rev = await self.apply(chunk)
+            outcomes += ok
+            revisions += [rev] * len(chunk)
+        return outcomes, revisions
+
+    # -- item builders ------------------------------------------------------------------------
+
+    def claim_fire(
+        self,
+        cached: CachedJob,
+        entry: DueEntry,
+        executions: Sequence[execution_pb2.Execution],
+        next_state: JobState,
+    ) -> Item:
+        """Moves a FIRE due key to the job's next fire and creates the executions it yields.
+
+        Exactly one execution per (job, scheduled time): each run key must not exist yet.
+        Executions may be empty (every fire was missed or skipped): the key still moves.
+        """
+        k, p, job_id = self.keys, self.partition, entry.job_id
+        due_key = k.due_key(p, entry.due_ms, job_id)
+        item = Item(
+            compares=[
+                cmp_mod(k.job_key(job_id), cached.spec_revision),
+                cmp_mod(k.state_key(job_id), cached.state_revision),
+                cmp_mod(due_key, entry.mod_revision),
+            ],
+            ops=[op_delete(due_key), op_put(k.state_key(job_id), next_state.encode())],
+        )
+        for ex in executions:
+            run_key = k.run_key(p, job_id, ex.scheduled_ms)
+            item.compares.append(cmp_create(run_key, 0))
+            item.ops.append(op_put(run_key, encode_execution(ex)))
+        if next_state.due_ms:
+            nxt = DueEntry(p, next_state.due_ms, job_id, "f", next_state.next_fire_ms)
+            item.ops.append(op_put(k.due_key(p, nxt.due_ms, job_id), nxt.encode()))
+        return item
+
+    def unclaim(self, cached: CachedJob, executions: Sequence[execution_pb2.Execution]) -> Item:
+        """Undoes claims of schedule fires: deletes their runs, moves the due key back."""
+        k, p, job_id = self.keys, self.partition, cached.job.id
+        first = min(executions, key=lambda e: e.scheduled_ms)
+        item = Item([cmp_mod(k.state_key(job_id), cached.state_revision)], [])
+        for ex in executions:
+            run_key = k.run_key(p, job_id, ex.scheduled_ms)
+            item.compares.append(cmp_mod(run_key, ex.fencing_token))
+            item.ops.append(op_delete(run_key))
+        if cached.state.due_ms and cached.state.due_ms != first.due_ms:
+            item.ops.append(op_delete(k.due_key(p, cached.state.due_ms, job_id)))
+        back = JobState(first.due_ms, first.scheduled_ms, cached.state.last_fire_ms)
+        entry = DueEntry(p, first.due_ms, job_id, "f", first.scheduled_ms)
+        item.ops += [
+            op_put(k.due_key(p, first.due_ms, job_id), entry.encode()),
+            op_put(k.state_key(job_id), back.encode()),
+        ]
+        return item
+
+    def drop_due(self, entry: DueEntry) -> Item:
+        """Removes a due entry that points at nothing (its job or execution is gone)."""
+        due_key = self.keys.due_key(self.partition, entry.due_ms, entry.job_id)
+        return Item([cmp_mod(due_key, entry.mod_revision)], [op_delete(due_key)])
+
+    def rewrite_run(
+        self,
+        execution: execution_pb2.Execution,
+        *,
+        consume: DueEntry | None = None,
+        add_due_ms: int = 0,
+    ) -> Item:
+        """Rewrites a live execution (new attempt, redelivery, re-token), compared on its token.
+
+        The write's revision becomes the execution's new fencing token. ``consume`` deletes the
+        RUN due entry that led here; ``add_due_ms`` adds one (a retry's durable timer).
+        """
+        k, p = self.keys, self.partition
+        run_key = k.run_key(p, execution.job_id, execution.scheduled_ms)
+        item = Item(
+            [cmp_mod(run_key, execution.fencing_token)],
+            [op_put(run_key, encode_execution(execution))],
+        )
+        if consume is not None:
+            due_key = k.due_key(p, consume.due_ms, consume.job_id)
+            item.compares.append(cmp_mod(due_key, consume.mod_revision))
+            item.ops.append(op_delete(due_key))
+        if add_due_ms:
+            entry = DueEntry(p, add_due_ms, execution.job_id, "r", execution.scheduled_ms)
+            item.ops.append(op_put(k.due_key(p, add_due_ms, execution.job_id), entry.encode()))
+        return item
+
+    def finish_run(
+        self,
+        execution: execution_pb2.Execution,
+        *,
+        dead_record: execution_pb2.Execution | None = None,
+    ) -> Item:
+        """Ends a live execution (compared on its token): its run key leaves etcd.
+
+        ``dead_record`` (state DEAD) is written to the dead-letter queue in the same txn.
+        """
+        k = self.keys
+        run_key = k.run_key(self.partition, execution.job_id, execution.scheduled_ms)
+        item = Item([cmp_mod(run_key, execution.fencing_token)], [op_delete(run_key)])
+        if dead_record is not None:
+            dlq = k.dlq_key(execution.tenant, execution.job_id, execution.scheduled_ms)
+            item.ops.append(op_put(dlq, encode_execution(dead_record)))
+        return item

@@ -1,0 +1,75 @@
+"""Small values stored beside the protobufs: due-index entries and per-job schedule state."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from schedd.v1 import execution_pb2
+
+#: A due entry of kind FIRE is a schedule fire: claiming it creates the execution.
+FIRE = "f"
+#: A due entry of kind RUN points at an existing execution (retry, trigger, backfill, redrive):
+#: claiming it re-tokens that execution.
+RUN = "r"
+
+
+@dataclass(frozen=True)
+class DueEntry:
+    """One key of the due index: ``due/{partition}/{due_ms}/{job_id}``."""
+
+    partition: int
+    due_ms: int
+    job_id: str
+    kind: str
+    scheduled_ms: int
+    mod_revision: int = 0
+
+    def encode(self) -> bytes:
+        return f"{self.kind}{self.scheduled_ms}".encode()
+
+    @staticmethod
+    def decode(
+        partition: int, due_ms: int, job_id: str, value: bytes, mod_revision: int
+    ) -> DueEntry:
+        text = value.decode()
+        return DueEntry(partition, due_ms, job_id, text[:1], int(text[1:] or 0), mod_revision)
+
+
+@dataclass
+class JobState:
+    """The scheduler's cursor for one job, at ``state/{job}``.
+
+    Attributes:
+        due_ms: the due key of the next schedule fire (``0``: none, e.g. paused or finished).
+        next_fire_ms: that fire's scheduled time (before jitter).
+        last_fire_ms: the last scheduled fire that was claimed (the iteration cursor).
+    """
+
+    due_ms: int = 0
+    next_fire_ms: int = 0
+    last_fire_ms: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps([self.due_ms, self.next_fire_ms, self.last_fire_ms]).encode()
+
+    @staticmethod
+    def decode(value: bytes) -> JobState:
+        if not value:
+            return JobState()
+        due, nxt, last = json.loads(value)
+        return JobState(int(due), int(nxt), int(last))
+
+
+def encode_execution(execution: execution_pb2.Execution) -> bytes:
+    # The token is the key's mod_revision, known only after the write: never stored.
+    copy = execution_pb2.Execution()
+    copy.CopyFrom(execution)
+    copy.fencing_token = 0
+    return copy.SerializeToString()
+
+
+def decode_execution(value: bytes, mod_revision: int) -> execution_pb2.Execution:
+    execution = execution_pb2.Execution.FromString(value)
+    execution.fencing_token = mod_revision
+    return execution
