@@ -426,7 +426,7 @@ class JobStore:
     async def redrive(
         self, dead: Sequence[execution_pb2.Execution], now_ms: int
     ) -> list[execution_pb2.Execution]:
-        """Moves dead executions back to live: attempt 1, due now, trigger REDRIVE."""
+        """Moves dead executions back to live with a fresh budget of attempts, due now."""
         k = self.keys
         out: list[execution_pb2.Execution] = []
         for n, ex in enumerate(dead):
@@ -434,7 +434,10 @@ class JobStore:
             live = execution_pb2.Execution()
             live.CopyFrom(ex)
             live.state = execution_pb2.EXECUTION_PENDING
-            live.attempt = 1
+            # A fresh budget of attempts, numbered on from the dead ones: worker ledgers key
+            # finished attempts by number, and must not answer a redrive from the ledger.
+            live.attempt = ex.attempt + 1
+            live.max_attempts = ex.attempt + (ex.max_attempts or 3)
             live.error = ""
             live.worker_id = ""
             live.finished_ms = live.started_ms = live.dispatched_ms = 0

@@ -198,7 +198,8 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RedriveDeadLetters(self, request, context):
-        """Puts dead executions back: each gets a fresh attempt counter and runs as soon as possible.
+        """Puts dead executions back: each gets a fresh budget of max_attempts attempts (numbered on
+        from the dead ones) and runs as soon as possible.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -55,7 +55,9 @@ class SchedulerStub:
     ListExecutions: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListExecutionsRequest, _scheduler_pb2.ListExecutionsResponse]
     ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListDeadLettersRequest, _scheduler_pb2.ListDeadLettersResponse]
     RedriveDeadLetters: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.RedriveDeadLettersRequest, _scheduler_pb2.RedriveDeadLettersResponse]
-    """Puts dead executions back: each gets a fresh attempt counter and runs as soon as possible."""
+    """Puts dead executions back: each gets a fresh budget of max_attempts attempts (numbered on
+    from the dead ones) and runs as soon as possible.
+    """
     GetClusterStatus: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _scheduler_pb2.ClusterStatus]
 
 @_typing.type_check_only
@@ -78,7 +80,9 @@ class SchedulerAsyncStub(SchedulerStub):
     ListExecutions: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListExecutionsRequest, _scheduler_pb2.ListExecutionsResponse]  # type: ignore[assignment]
     ListDeadLetters: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListDeadLettersRequest, _scheduler_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
     RedriveDeadLetters: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.RedriveDeadLettersRequest, _scheduler_pb2.RedriveDeadLettersResponse]  # type: ignore[assignment]
-    """Puts dead executions back: each gets a fresh attempt counter and runs as soon as possible."""
+    """Puts dead executions back: each gets a fresh budget of max_attempts attempts (numbered on
+    from the dead ones) and runs as soon as possible.
+    """
     GetClusterStatus: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _scheduler_pb2.ClusterStatus]  # type: ignore[assignment]
 
 class SchedulerServicer(metaclass=_abc_1.ABCMeta):
@@ -182,7 +186,9 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduler_pb2.RedriveDeadLettersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.RedriveDeadLettersResponse, _abc.Awaitable[_scheduler_pb2.RedriveDeadLettersResponse]]:
-        """Puts dead executions back: each gets a fresh attempt counter and runs as soon as possible."""
+        """Puts dead executions back: each gets a fresh budget of max_attempts attempts (numbered on
+        from the dead ones) and runs as soon as possible.
+        """
 
     @_abc_1.abstractmethod
     def GetClusterStatus(

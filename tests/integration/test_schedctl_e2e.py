@@ -1,0 +1,163 @@
+"""schedctl as a person uses it: a real process against a real node, worker and etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.cluster_harness import Harness, eventually
+from schedd.dev import EtcdProcess, free_port
+from schedd.store._etcd import Etcd, prefix_end
+
+pytestmark = pytest.mark.timeout(120)
+
+SCHEDCTL = str(Path(sys.executable).parent / "schedctl")
+
+
+@pytest.fixture
+async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
+    await harness.start_node()
+    await harness.start_worker()
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+async def ctl(h: Harness | None, *args: str, endpoint: str | None = None) -> tuple[int, str, str]:
+    ep = endpoint or (h.address() if h else "")
+    proc = await asyncio.create_subprocess_exec(
+        SCHEDCTL, "--endpoints", ep, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def one_line_error(err: str) -> None:
+    assert err.strip(), "no error message"
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+async def test_create_then_runs_show_up_durably(h: Harness) -> None:
+    code, out, err = await ctl(
+        h, "job", "create", "hello", "--schedule", "@every 1s", "--handler", "echo",
+        "--payload", '{"msg": "hi"}', "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    job = json.loads(out)
+    assert job["id"] and job["name"] == "hello"
+
+    async def runs() -> list[dict[str, Any]]:
+        code, out, err = await ctl(h, "run", "list", "--job", job["id"], "-o", "json")
+        assert code == 0, err
+        return list(json.loads(out))
+
+    rows = await eventually(
+        runs, lambda rs: any(r["state"] == "SUCCEEDED" for r in rs), what="a run"
+    )
+    ok = next(r for r in rows if r["state"] == "SUCCEEDED")
+    for field in ("id", "job_id", "scheduled_time", "state", "attempt", "fencing_token"):
+        assert field in ok, field
+    assert ok["job_id"] == job["id"] and ok["fencing_token"] > 0 and ok["attempt"] == 1
+    code, out, _ = await ctl(h, "run", "get", ok["id"], "-o", "json")
+    assert code == 0 and json.loads(out)["state"] == "SUCCEEDED"
+    for verb in ("pause", "resume", "trigger"):
+        code, _, err = await ctl(h, "job", verb, job["id"])
+        assert code == 0, (verb, err)
+    code, out, _ = await ctl(h, "cluster", "status", "-o", "json")
+    status = json.loads(out)
+    assert code == 0 and len(status["partitions"]) == 4
+    code, _, err = await ctl(h, "job", "delete", job["id"])
+    assert code == 0, err
+    code, _, err = await ctl(h, "job", "get", job["id"])
+    assert code == 3
+    one_line_error(err)
+
+
+async def test_errors_have_exit_codes_and_write_nothing(h: Harness, etcd: Etcd) -> None:
+    code, _, err = await ctl(
+        h, "job", "create", "x", "--schedule", "61 * * * *", "--handler", "echo"
+    )
+    assert code == 2
+    one_line_error(err)
+    code, _, err = await ctl(
+        h,
+        "job",
+        "create",
+        "x",
+        "--schedule",
+        "* * * * *",
+        "--tz",
+        "Nowhere/City",
+        "--handler",
+        "echo",
+    )
+    assert code == 2
+    one_line_error(err)
+    code, _, err = await ctl(
+        h, "job", "create", "x", "--schedule", "* * * * *", "--handler", "echo", "--payload", "{bad"
+    )
+    assert code == 2
+    one_line_error(err)
+    start = h.prefix + b"jobs/"
+    assert await etcd.count(start, prefix_end(start)) == 0
+    args = (
+        "job",
+        "create",
+        "i",
+        "--schedule",
+        "0 9 * * *",
+        "--handler",
+        "echo",
+        "--idempotency-key",
+        "k",
+    )
+    assert (await ctl(h, *args))[0] == 0
+    assert (await ctl(h, *args))[0] == 0
+    code, _, err = await ctl(
+        h,
+        "job",
+        "create",
+        "i",
+        "--schedule",
+        "0 10 * * *",
+        "--handler",
+        "echo",
+        "--idempotency-key",
+        "k",
+    )
+    assert code == 4
+    one_line_error(err)
+    code, _, err = await ctl(None, "job", "list", endpoint=f"127.0.0.1:{free_port()}")
+    assert code == 5
+    one_line_error(err)
+
+
+async def test_dead_letters_list_and_redrive(h: Harness) -> None:
+    code, out, err = await ctl(
+        h, "job", "create", "doomed", "--schedule", "@after 1s", "--handler", "fail",
+        "--max-attempts", "1", "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+
+    async def dead() -> list[dict[str, Any]]:
+        code, out, err = await ctl(h, "dlq", "list", "-o", "json")
+        assert code == 0, err
+        return [d for d in json.loads(out) if d["job_id"] == job_id]
+
+    rows = await eventually(dead, lambda d: len(d) == 1, what="a dead letter")
+    code, _, err = await ctl(h, "dlq", "redrive", rows[0]["id"])
+    assert code == 0, err
+    await eventually(
+        lambda: asyncio.sleep(0, result=len(h.calls.get("fail", []))), lambda n: n >= 2
+    )

@@ -1,0 +1,42 @@
+"""The generated code in src/schedd/v1 is exactly what scripts/gen_proto.sh makes from proto/."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_generated_code_is_current(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHON=sys.executable)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gen_proto.sh"), str(tmp_path)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    fresh = tmp_path / "schedd" / "v1"
+    committed = ROOT / "src" / "schedd" / "v1"
+    names = sorted(p.name for p in fresh.iterdir() if p.is_file())
+    assert names == sorted(p.name for p in committed.iterdir() if p.is_file() and p.suffix in {".py", ".pyi"})
+    stale = [n for n in names if not filecmp.cmp(fresh / n, committed / n, shallow=False)]
+    assert not stale, f"stale generated code, run `make proto`: {stale}"
+
+
+def test_public_faces_are_pinned() -> None:
+    import schedd
+    import schedd.client
+    import schedd.schedule
+    import schedd.worker
+
+    assert {"SchedError", "InvalidArgument", "NotFound", "StaleToken", "ManualClock"} <= set(schedd.__all__)
+    assert {"Client", "AsyncClient"} <= set(schedd.client.__all__)
+    assert {"Worker", "Context", "FencedStore", "PermanentError"} <= set(schedd.worker.__all__)
+    assert {"parse_schedule", "plan_misfires", "Schedule"} <= set(schedd.schedule.__all__)
+    for module in (schedd, schedd.client, schedd.worker, schedd.schedule):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name} is exported but missing"
