@@ -40,7 +40,7 @@ async def eventually(
     return value
 
 
-def test_config(endpoint: str, prefix: bytes, data_dir: Path, **overrides: Any) -> NodeConfig:
+def node_config(endpoint: str, prefix: bytes, data_dir: Path, **overrides: Any) -> NodeConfig:
     cfg = NodeConfig(
         node_id="n1",
         listen="127.0.0.1:0",
@@ -70,7 +70,7 @@ class Harness:
 
     async def start_node(self, **overrides: Any) -> Node:
         n = len(self.nodes)
-        cfg = test_config(self.endpoint, self.prefix, self.root / f"node{n}", **overrides)
+        cfg = node_config(self.endpoint, self.prefix, self.root / f"node{n}", **overrides)
         node = Node(cfg)
         await node.start()
         self.nodes.append(node)

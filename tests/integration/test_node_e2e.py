@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from integration.cluster_harness import SUCCEEDED, Harness, eventually
 
+from integration.cluster_harness import SUCCEEDED, Harness, eventually
 from schedd import AlreadyExists, InvalidArgument, NotFound
 from schedd.dev import EtcdProcess
 from schedd.store._etcd import Etcd, prefix_end

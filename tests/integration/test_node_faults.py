@@ -14,8 +14,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
 
+from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
 from schedd.dev import EtcdProcess
 from schedd.v1 import execution_pb2, worker_pb2, worker_pb2_grpc
 
