@@ -22,7 +22,9 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
     fresh = tmp_path / "schedd" / "v1"
     committed = ROOT / "src" / "schedd" / "v1"
     names = sorted(p.name for p in fresh.iterdir() if p.is_file())
-    assert names == sorted(p.name for p in committed.iterdir() if p.is_file() and p.suffix in {".py", ".pyi"})
+    assert names == sorted(
+        p.name for p in committed.iterdir() if p.is_file() and p.suffix in {".py", ".pyi"}
+    )
     stale = [n for n in names if not filecmp.cmp(fresh / n, committed / n, shallow=False)]
     assert not stale, f"stale generated code, run `make proto`: {stale}"
 
@@ -33,7 +35,9 @@ def test_public_faces_are_pinned() -> None:
     import schedd.schedule
     import schedd.worker
 
-    assert {"SchedError", "InvalidArgument", "NotFound", "StaleToken", "ManualClock"} <= set(schedd.__all__)
+    assert {"SchedError", "InvalidArgument", "NotFound", "StaleToken", "ManualClock"} <= set(
+        schedd.__all__
+    )
     assert {"Client", "AsyncClient"} <= set(schedd.client.__all__)
     assert {"Worker", "Context", "FencedStore", "PermanentError"} <= set(schedd.worker.__all__)
     assert {"parse_schedule", "plan_misfires", "Schedule"} <= set(schedd.schedule.__all__)
