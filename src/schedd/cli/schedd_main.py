@@ -56,7 +56,22 @@ def main(log_level: str) -> None:
     show_default=True,
     type=click.IntRange(1, 4096),
 )
-@click.option("--prefix", envvar="SCHEDD_PREFIX", default="/schedd/v1/", show_default=True)
+@click.option("--prefix", envvar="SCHEDD_ETCD_PREFIX", default="/schedd/v1/", show_default=True)
+@click.option(
+    "--session-ttl",
+    envvar="SCHEDD_SESSION_TTL_S",
+    default=5,
+    show_default=True,
+    type=click.IntRange(2, 300),
+    help="node lease TTL in seconds",
+)
+@click.option(
+    "--max-clock-skew-ms",
+    envvar="SCHEDD_MAX_CLOCK_SKEW_MS",
+    default=500,
+    show_default=True,
+    type=click.IntRange(1, 600_000),
+)
 @click.option(
     "--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False, exists=True)
 )
@@ -80,6 +95,8 @@ def node(
     data_dir: str | None,
     partitions: int,
     prefix: str,
+    session_ttl: int,
+    max_clock_skew_ms: int,
     etcd_ca: str | None,
     etcd_cert: str | None,
     etcd_key: str | None,
@@ -103,6 +120,8 @@ def node(
         prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
         partitions=partitions,
         data_dir=Path(data_dir or f".schedd-node-{nid}"),
+        session_ttl_s=session_ttl,
+        max_clock_skew_ms=max_clock_skew_ms,
     )
 
     async def run() -> None:

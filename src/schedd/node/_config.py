@@ -26,6 +26,7 @@ class NodeConfig:
         grace_ms: a fire later than this is a misfire, handled by the job's policy.
         tick_ms: timer wheel tick.
         session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
+        max_clock_skew_ms: a node further than this from the cluster's median clock owns nothing.
         claim_batch: most due entries claimed in one round.
         txn_items: most jobs in one etcd transaction (etcd's --max-txn-ops bounds it).
         lease_timeout_ms: a dispatched execution not heartbeated this long is redelivered.
@@ -48,6 +49,7 @@ class NodeConfig:
     grace_ms: int = 1_000
     tick_ms: int = 10
     session_ttl_s: int = 5
+    max_clock_skew_ms: int = 500
     claim_batch: int = 4096
     txn_items: int = 128
     lease_timeout_ms: int = 15_000

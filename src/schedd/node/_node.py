@@ -186,7 +186,7 @@ class Node:
             self.keys,
             self._session,
             self._membership,
-            OwnershipConfig(cfg.partitions),
+            OwnershipConfig(cfg.partitions, max_clock_skew_ms=cfg.max_clock_skew_ms),
             on_acquired=self._acquired,
             on_lost=self._lost,
         )
