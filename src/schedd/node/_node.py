@@ -40,6 +40,7 @@ from schedd.store._etcd import Etcd, WatchCompacted, prefix_end
 from schedd.store._jobs import JobStore
 from schedd.store._keys import Keys, parse_execution_id, partition_of
 from schedd.store._owner import PartitionStore
+from schedd.store._records import FIRE, DueEntry
 from schedd.v1 import execution_pb2, scheduler_pb2, scheduler_pb2_grpc, worker_pb2
 
 log = logging.getLogger(__name__)
@@ -233,7 +234,8 @@ class Node:
                 async for batch in self.etcd.watch(start, prefix_end(start), rev + 1):
                     for ev in batch.events:
                         if ev.kind == "put":
-                            self._notified(self.keys.parse_notify_key(ev.kv.key), ev.kv.value)
+                            p = self.keys.parse_notify_key(ev.kv.key)
+                            self._notified(p, ev.kv.value, ev.kv.mod_revision)
             except WatchCompacted:
                 for runner in list(self.manager.runners.values()):
                     self._spawn(runner.reload_window())
@@ -241,14 +243,23 @@ class Node:
                 log.warning("notify watch failed: %s; re-watching", exc)
                 await self.clock.sleep(0.5)
 
-    def _notified(self, partition: int, value: bytes) -> None:
+    def _notified(self, partition: int, value: bytes, revision: int) -> None:
         runner = self.manager.runners.get(partition)
         if runner is None:
             return
         if value == b"*":
             self._spawn(runner.reload_window())
-        else:
-            self._spawn(runner.reconcile(json.loads(value)))
+            return
+        note = json.loads(value)
+        if note.get("c"):
+            runner.add_created(
+                [
+                    DueEntry(partition, due, job_id, FIRE, sched, revision)
+                    for job_id, due, sched in note["c"]
+                ]
+            )
+        if note.get("u"):
+            self._spawn(runner.reconcile(note["u"]))
 
     def _spawn(self, coro: object) -> None:
         async def guarded() -> None:

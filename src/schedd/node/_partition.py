@@ -28,7 +28,7 @@ from schedd.node._config import NodeConfig
 from schedd.node._executions import Live, Outcomes
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
 from schedd.store._jobs import new_execution
-from schedd.store._owner import CachedJob, Item, PartitionStore
+from schedd.store._owner import CachedJob, Item, JobView, PartitionStore
 from schedd.store._records import FIRE, DueEntry, JobState
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, job_pb2
@@ -88,8 +88,9 @@ class PartitionRunner:
     async def start(self) -> None:
         """Loads the window and the live executions, re-tokens inherited ones, starts loops."""
         now = self.clock.now_ms()
-        entries, _ = await self.store.load_due(now + self.config.window_ms)
+        # Set first: creations notified while the load is in flight are kept, not dropped.
         self.window_end = now + self.config.window_ms
+        entries, _ = await self.store.load_due(self.window_end)
         for e in entries:
             self.due[(e.due_ms, e.job_id)] = e
         waiting = {(e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE}
@@ -206,7 +207,11 @@ class PartitionRunner:
             await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
 
     async def _extend_window(self, now: int) -> None:
-        entries, _ = await self.store.load_due(now + self.config.window_ms)
+        # Entries inside the old window are known already (loaded, or written by our claims,
+        # or brought by notify); only the new slice is read.
+        entries, _ = await self.store.load_due(
+            now + self.config.window_ms, after_ms=self.window_end
+        )
         for e in entries:
             self.due.setdefault((e.due_ms, e.job_id), e)
         self.window_end = now + self.config.window_ms
@@ -354,25 +359,33 @@ class PartitionRunner:
     async def reconcile(self, job_ids: Iterable[str]) -> None:
         """Re-reads these jobs from etcd and makes memory agree (after notify or a failed claim)."""
         ids = list(dict.fromkeys(job_ids))
-        fresh = await self.store.fetch_jobs(ids)
         async with self._lock:
-            entries, _ = await self.store.load_due(self.window_end)
+            views = await self.store.fetch_views(ids)
             wanted = set(ids)
+            # A scan of the window: changes (update, pause, delete) are rare next to fires;
+            # creations take the cheap path of :meth:`add_created`.
             for key in [k for k in self.due if k[1] in wanted]:
                 del self.due[key]
-            for e in entries:
-                if e.job_id in wanted:
-                    self.due[(e.due_ms, e.job_id)] = e
             for job_id in ids:
-                await self._reconcile_one(job_id, fresh.get(job_id))
+                self._reconcile_one(job_id, views[job_id])
         self._wake.set()
 
-    async def _reconcile_one(self, job_id: str, cached: CachedJob | None) -> None:
-        if cached is None:
+    def add_created(self, entries: Sequence[DueEntry]) -> None:
+        """First due entries of newly created jobs (from notify): nothing to reconcile."""
+        for e in entries:
+            if e.due_ms <= self.window_end:
+                self.due.setdefault((e.due_ms, e.job_id), e)
+        self._wake.set()
+
+    def _reconcile_one(self, job_id: str, view: JobView) -> None:
+        if view.cached is None:
             self.jobs.pop(job_id, None)
         else:
-            self.jobs[job_id] = cached
-        runs = {r.id: r for r in await self.store.load_runs(job_id)}
+            self.jobs[job_id] = view.cached
+        for e in view.due:
+            if e.due_ms <= self.window_end:
+                self.due[(e.due_ms, e.job_id)] = e
+        runs = {r.id: r for r in view.runs}
         for eid in [e for e, lv in self.live.items() if lv.ex.job_id == job_id]:
             current = runs.get(eid)
             if current is None or current.fencing_token != self.live[eid].ex.fencing_token:
@@ -387,8 +400,8 @@ class PartitionRunner:
             for e in entries:
                 self.due[(e.due_ms, e.job_id)] = e
             self.window_end = now + self.config.window_ms
-            stale = [j for j in self.jobs if j in {e.job_id for e in entries}]
-            for j in stale:
+            in_window = {e.job_id for e in entries}
+            for j in [j for j in self.jobs if j in in_window]:
                 self.jobs.pop(j, None)
         self._wake.set()
 

@@ -65,10 +65,24 @@ def first_state(job: job_pb2.Job, after_ms: int) -> JobState:
     return JobState(nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms), nxt, 0)
 
 
-def _notify(keys: Keys, by_partition: dict[int, list[str]]) -> list[Any]:
+def _notify(
+    keys: Keys,
+    changed: dict[int, list[str]],
+    created: dict[int, list[tuple[str, int, int]]] | None = None,
+) -> list[Any]:
+    """Puts ``notify/{p}``: ``{"u": [changed ids], "c": [[id, due_ms, sched_ms], ...]}``.
+
+    Created jobs carry their first due entry, so the owner adds it without reading anything
+    (the entry's mod revision is the notify event's). Too many changed ids become ``"*"``.
+    """
     ops = []
-    for p, ids in sorted(by_partition.items()):
-        value = "*" if len(ids) > NOTIFY_MAX_IDS else json.dumps(ids)
+    created = created or {}
+    for p in sorted(set(changed) | set(created)):
+        ids = changed.get(p, [])
+        if len(ids) > NOTIFY_MAX_IDS:
+            value = "*"
+        else:
+            value = json.dumps({"u": ids, "c": created.get(p, [])}, separators=(",", ":"))
         ops.append(op_put(keys.notify_key(p), value.encode()))
     return ops
 
@@ -106,7 +120,7 @@ class JobStore:
         k = self.keys
         nested: list[Any] = []
         states: list[JobState] = []
-        touched: dict[int, list[str]] = {}
+        touched: dict[int, list[tuple[str, int, int]]] = {}
         for job in jobs:
             job.partition = self.partition(job.id)
             state = first_state(job, now_ms - 1)
@@ -123,9 +137,11 @@ class JobStore:
             if state.due_ms:
                 entry = DueEntry(job.partition, state.due_ms, job.id, "f", state.next_fire_ms)
                 ops.append(op_put(k.due_key(job.partition, state.due_ms, job.id), entry.encode()))
-                touched.setdefault(job.partition, []).append(job.id)
+                touched.setdefault(job.partition, []).append(
+                    (job.id, state.due_ms, state.next_fire_ms)
+                )
             nested.append(op_txn(cmps, ops))
-        resp = await self.etcd.txn([], nested + _notify(k, touched))
+        resp = await self.etcd.txn([], nested + _notify(k, {}, touched))
         rev = int(resp.header.revision)
         out: list[tuple[job_pb2.Job, bool] | SchedError] = []
         for n, job in enumerate(jobs):

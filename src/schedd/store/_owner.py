@@ -57,6 +57,21 @@ class CachedJob:
     state_revision: int
 
 
+@dataclass
+class JobView:
+    """One job as its owner reconciles it: spec and cursor, live executions, due entries."""
+
+    cached: CachedJob | None
+    runs: list[execution_pb2.Execution]
+    due: list[DueEntry] = field(default_factory=list)
+
+
+def _kv_of(raw: Any) -> KeyValue:
+    return KeyValue(
+        raw.key, raw.value, raw.create_revision, raw.mod_revision, raw.version, raw.lease
+    )
+
+
 class PartitionStore:
     """Reads and fenced writes of one owned partition."""
 
@@ -69,9 +84,11 @@ class PartitionStore:
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def load_due(self, until_ms: int) -> tuple[list[DueEntry], int]:
-        """Every due entry with ``due_ms <= until_ms``, and the revision they were read at."""
+    async def load_due(self, until_ms: int, *, after_ms: int = -1) -> tuple[list[DueEntry], int]:
+        """Due entries with ``after_ms < due_ms <= until_ms``, and the revision of the read."""
         start = self.keys.due_prefix(self.partition)
+        if after_ms >= 0:
+            start = self.keys.due_until(self.partition, after_ms)
         kvs, rev = await self.etcd.range_all(start, self.keys.due_until(self.partition, until_ms))
         return [self.due_entry(kv) for kv in kvs], rev
 
@@ -112,6 +129,73 @@ class PartitionStore:
                 out[job_id] = CachedJob(
                     job_pb2.Job.FromString(spec[0].value), spec[0].mod_revision, st, st_rev
                 )
+        return out
+
+    async def fetch_views(self, job_ids: Iterable[str]) -> dict[str, JobView]:
+        """Everything the owner keeps about these jobs, in a few batched round trips.
+
+        Per job: spec and cursor (None when deleted), its live executions, and the due entries
+        that exist for it (the schedule's next fire and any RUN entries of its executions).
+        """
+        ids = list(dict.fromkeys(job_ids))
+        views: dict[str, JobView] = {}
+        per_txn = max(1, self.max_items // 3)
+        for i in range(0, len(ids), per_txn):
+            chunk = ids[i : i + per_txn]
+            ops = []
+            for job_id in chunk:
+                runs = self.keys.runs_job_prefix(self.partition, job_id)
+                ops += [
+                    op_get(self.keys.job_key(job_id)),
+                    op_get(self.keys.state_key(job_id)),
+                    op_get(runs, prefix_end(runs)),
+                ]
+            resp = await self.etcd.txn([], ops)
+            for n, job_id in enumerate(chunk):
+                views[job_id] = self._view(job_id, resp, 3 * n)
+        await self._fill_due(views)
+        return views
+
+    def _view(self, job_id: str, resp: Any, at: int) -> JobView:
+        spec = resp.responses[at].response_range.kvs
+        state = resp.responses[at + 1].response_range.kvs
+        runs = resp.responses[at + 2].response_range.kvs
+        cached = None
+        if spec:
+            st = JobState.decode(state[0].value) if state else JobState()
+            rev = state[0].mod_revision if state else 0
+            job = job_pb2.Job.FromString(spec[0].value)
+            cached = CachedJob(job, spec[0].mod_revision, st, rev)
+        return JobView(cached, [decode_execution(kv.value, kv.mod_revision) for kv in runs])
+
+    async def _fill_due(self, views: dict[str, JobView]) -> None:
+        keys: list[bytes] = []
+        for job_id, view in views.items():
+            if view.cached is not None and view.cached.state.due_ms:
+                keys.append(self.keys.due_key(self.partition, view.cached.state.due_ms, job_id))
+            for ex in view.runs:
+                if ex.due_ms:
+                    keys.append(self.keys.due_key(self.partition, ex.due_ms, job_id))
+        keys = list(dict.fromkeys(keys))
+        for i in range(0, len(keys), self.max_items):
+            resp = await self.etcd.txn([], [op_get(k) for k in keys[i : i + self.max_items]])
+            for r in resp.responses:
+                for kv in r.response_range.kvs:
+                    entry = self.due_entry(_kv_of(kv))
+                    views[entry.job_id].due.append(entry)
+
+    async def get_runs(
+        self, wanted: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], execution_pb2.Execution]:
+        """The live executions at these (job, scheduled) run keys, batched."""
+        keys = [self.keys.run_key(self.partition, job, sched) for job, sched in wanted]
+        out: dict[tuple[str, int], execution_pb2.Execution] = {}
+        for i in range(0, len(keys), self.max_items):
+            resp = await self.etcd.txn([], [op_get(k) for k in keys[i : i + self.max_items]])
+            for r in resp.responses:
+                for kv in r.response_range.kvs:
+                    ex = decode_execution(kv.value, kv.mod_revision)
+                    out[(ex.job_id, ex.scheduled_ms)] = ex
         return out
 
     # -- the fenced batch -------------------------------------------------------------------
