@@ -196,7 +196,9 @@ class PartitionRunner:
         batch = self._take_due(now + self.config.lead_ms)
         if batch:
             async with self._lock:
-                await self._claim(batch)
+                failed = await self._claim(batch)
+            if failed:  # a concurrent API change: re-read those jobs, their entries come back
+                await self.reconcile(failed)
             return
         wait_ms = self.window_end - self.config.window_ms // 2 - now
         if self.due:
@@ -231,18 +233,24 @@ class PartitionRunner:
                 break
         return taken
 
-    async def _claim(self, entries: list[DueEntry]) -> None:
+    async def _claim(self, entries: list[DueEntry]) -> list[str]:
+        """Claims these due entries in batched fenced txns; returns the jobs whose claim failed."""
         missing = [e.job_id for e in entries if e.job_id not in self.jobs]
         if missing:
             self.jobs.update(await self.store.fetch_jobs(missing))
+        runs = await self.store.get_runs(
+            (e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE
+        )
         now = self.clock.now_ms()
         claims: list[_Claim] = []
         for entry in entries:
-            claim = await self._plan(entry, now)
-            if claim is not None:
-                claims.append(claim)
-        if not claims:
-            return
+            cached = self.jobs.get(entry.job_id)
+            if cached is None:
+                claims.append(_Claim(entry, self.store.drop_due(entry), []))
+            elif entry.kind == FIRE:
+                claims.append(self._plan_fire(entry, cached, now))
+            else:
+                claims.append(self._plan_run(entry, runs.get((entry.job_id, entry.scheduled_ms))))
         ok, revs = await self.store.apply_each([c.item for c in claims])
         failed: list[str] = []
         for claim, good, rev in zip(claims, ok, revs, strict=True):
@@ -250,16 +258,7 @@ class PartitionRunner:
                 self._claimed(claim, rev)
             else:
                 failed.append(claim.entry.job_id)
-        if failed:
-            await self.reconcile(failed)
-
-    async def _plan(self, entry: DueEntry, now: int) -> _Claim | None:
-        cached = self.jobs.get(entry.job_id)
-        if cached is None:
-            return _Claim(entry, self.store.drop_due(entry), [])
-        if entry.kind != FIRE:
-            return await self._plan_run(entry, cached)
-        return self._plan_fire(entry, cached, now)
+        return failed
 
     def schedule_of(self, cached: CachedJob) -> Schedule:
         key = (cached.job.id, cached.spec_revision)
@@ -325,9 +324,7 @@ class PartitionRunner:
         ex.finished_ms = now
         return ex
 
-    async def _plan_run(self, entry: DueEntry, cached: CachedJob) -> _Claim:
-        runs = await self.store.load_runs(entry.job_id)
-        ex = next((r for r in runs if r.scheduled_ms == entry.scheduled_ms), None)
+    def _plan_run(self, entry: DueEntry, ex: execution_pb2.Execution | None) -> _Claim:
         if ex is None:
             return _Claim(entry, self.store.drop_due(entry), [])
         ex.state = execution_pb2.EXECUTION_PENDING
