@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import itertools
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
