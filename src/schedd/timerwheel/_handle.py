@@ -29,7 +29,7 @@ class TimerHandle:
 
     _key: int
     item: Any
-    # The bucket that currently holds the handle (its live count includes this handle), or
+    # The bucket that currently holds the handle, or
     # None once the timer has fired or been cancelled.
     _bucket: _Bucket | None
 
@@ -52,18 +52,20 @@ class _Bucket:
     """The handles of one wheel slot for one slot-sized range of time.
 
     Cancelled handles stay in ``items`` (cancel is O(1)) until the bucket is flushed or
-    compacted; ``live`` counts the ones still pending. ``deadline`` is the time at which the
+    compacted; ``dead`` counts them, so the pending ones number ``len(items) - dead`` and
+    adding a timer touches no counter. ``deadline`` is the time at which the
     bucket must be handled and is not None exactly while the bucket sits in the wheel's queue.
     """
 
-    __slots__ = ("deadline", "items", "live", "uid")
+    __slots__ = ("dead", "deadline", "items", "uid")
 
     def __init__(self, uid: int) -> None:
         self.uid = uid  # breaks deadline ties in the heap without comparing buckets
         self.items: list[TimerHandle] = []
-        self.live = 0
+        self.dead = 0
         self.deadline: int | None = None
 
     def compact(self) -> None:
         """Drop cancelled handles, keeping insertion order (amortised O(1) per cancel)."""
         self.items = [h for h in self.items if h._bucket is self]
+        self.dead = 0

@@ -84,14 +84,19 @@ class TimerWheel(Generic[T]):
         self._levels = [_Level(tick_ms, wheel_size, start_ms, 1, bottom=True)]
         self._slots0 = self._levels[0].slots
         self._limit0 = self._levels[0].limit_ms
+        # First overflow wheel, cached for add's fast path; until it exists its limit equals
+        # the bottom's, so the fast-path test never matches.
+        self._slots1: list[_Bucket] = []
+        self._tick1 = 1
+        self._limit1 = self._limit0
         self._overdue = _Bucket(0)  # timers added at or before now: never queued
         self._queue: list[tuple[int, int, _Bucket]] = []
-        self._live = 0
-        self._seq = 0
+        self._seq = 0  # timers added since the wheel was last empty
+        self._gone = 0  # of those, how many fired or were cancelled
 
     def __len__(self) -> int:
         """The number of pending (not fired, not cancelled) timers."""
-        return self._live
+        return self._seq - self._gone
 
     @property
     def now_ms(self) -> int:
@@ -114,7 +119,6 @@ class TimerWheel(Generic[T]):
         self._seq = seq + 1
         h._key = (expire_ms << SEQ_BITS) + seq
         h.item = item
-        self._live += 1
         if expire_ms <= self._now:
             b = self._overdue
         elif expire_ms < self._limit0:
@@ -122,11 +126,15 @@ class TimerWheel(Generic[T]):
             b = self._slots0[vid % self._size]
             if b.deadline is None:
                 self._enqueue(b, vid * self._tick + self._tick - 1)
+        elif expire_ms < self._limit1:
+            vid = expire_ms // self._tick1
+            b = self._slots1[vid % self._size]
+            if b.deadline is None:
+                self._enqueue(b, vid * self._tick1)
         else:
             self._add_far(h, expire_ms)
             return h
         b.items.append(h)
-        b.live += 1
         h._bucket = b
         return h
 
@@ -140,9 +148,9 @@ class TimerWheel(Generic[T]):
         if b is None:
             return False
         handle._bucket = None
-        b.live -= 1
-        self._live -= 1
-        if len(b.items) > 2 * b.live + 64:
+        b.dead += 1
+        self._gone += 1
+        if b.dead > 64 and 2 * b.dead > len(b.items):
             b.compact()
         return True
 
@@ -162,6 +170,7 @@ class TimerWheel(Generic[T]):
             tick = level.tick_ms
             level.limit_ms = now // tick * tick + level.interval_ms
         self._limit0 = self._levels[0].limit_ms
+        self._limit1 = self._levels[1].limit_ms if self._slots1 else self._limit0
         fired: list[TimerHandle] = []
         if self._overdue.items:
             self._place(self._detach(self._overdue), now, fired)
@@ -169,16 +178,16 @@ class TimerWheel(Generic[T]):
         while queue and queue[0][0] <= now:
             b = heapq.heappop(queue)[2]
             b.deadline = None
-            if b.live:
+            if len(b.items) > b.dead:
                 self._place(self._detach(b), now, fired)
             else:
-                b.items = []
+                self._detach(b)
         self._fire_partial(now, fired)
         if not fired:
             return []
-        self._live -= len(fired)
-        if not self._live:
-            self._seq = 0  # keeps the sequence far from SEQ_BITS in a long-lived wheel
+        self._gone += len(fired)
+        if self._gone == self._seq:  # empty: restart the sequence, far from 2**SEQ_BITS
+            self._seq = self._gone = 0
         fired.sort(key=_by_key)
         return [h.item for h in fired]
 
@@ -189,16 +198,16 @@ class TimerWheel(Generic[T]):
         moves them down a wheel. If timers were added at or before ``now_ms``, returns
         ``now_ms``. Fully cancelled buckets at the head of the queue are dropped here.
         """
-        if self._overdue.live:
+        if len(self._overdue.items) > self._overdue.dead:
             return self._now
         queue = self._queue
         while queue:
             deadline, _, b = queue[0]
-            if b.live:
+            if len(b.items) > b.dead:
                 return deadline
             heapq.heappop(queue)
             b.deadline = None
-            b.items = []
+            self._detach(b)
         return None
 
     # -- internals -----------------------------------------------------------------------
@@ -212,7 +221,7 @@ class TimerWheel(Generic[T]):
         """Empty ``b`` and return its old handles (the live ones still point at ``b``)."""
         items = b.items
         b.items = []
-        b.live = 0
+        b.dead = 0
         return items
 
     def _place(self, items: list[TimerHandle], now: int, fired: list[TimerHandle]) -> None:
@@ -238,7 +247,6 @@ class TimerWheel(Generic[T]):
                 if b.deadline is None:
                     self._enqueue(b, vid * tick + tick - 1)
                 b.items.append(h)
-                b.live += 1
                 h._bucket = b
             else:
                 self._add_far(h, expire)
@@ -252,6 +260,10 @@ class TimerWheel(Generic[T]):
                 below = levels[-1]
                 uid = 1 + len(levels) * self._size
                 levels.append(_Level(below.interval_ms, self._size, self._now, uid, False))
+                if i == 1:
+                    self._slots1 = levels[1].slots
+                    self._tick1 = levels[1].tick_ms
+                    self._limit1 = levels[1].limit_ms
             level = levels[i]
             if expire < level.limit_ms:
                 break
@@ -261,7 +273,6 @@ class TimerWheel(Generic[T]):
         if b.deadline is None:
             self._enqueue(b, vid * level.tick_ms)
         b.items.append(h)
-        b.live += 1
         h._bucket = b
 
     def _fire_partial(self, now: int, fired: list[TimerHandle]) -> None:
@@ -271,7 +282,7 @@ class TimerWheel(Generic[T]):
         split, and only when ``advance`` is called before a bucket's deadline.
         """
         b = self._slots0[now // self._tick % self._size]
-        if b.deadline is None or not b.live:
+        if b.deadline is None or len(b.items) == b.dead:
             return
         cut = ((now + 1) << SEQ_BITS) - 1
         keep: list[TimerHandle] = []
@@ -284,4 +295,4 @@ class TimerWheel(Generic[T]):
             else:
                 keep.append(h)
         b.items = keep
-        b.live = len(keep)
+        b.dead = 0
