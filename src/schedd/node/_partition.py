@@ -241,6 +241,21 @@ class PartitionRunner:
         runs = await self.store.get_runs(
             (e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE
         )
+        failed: list[str] = []
+        step = self.config.txn_items
+        for i in range(0, len(entries), step):
+            # One transaction's worth at a time: planning is CPU work, and the wheel of this
+            # loop must get its turn between chunks (aligned jobs become claimable exactly at
+            # the fire instants of other aligned jobs).
+            failed += await self._claim_chunk(entries[i : i + step], runs)
+            await asyncio.sleep(0)
+        return failed
+
+    async def _claim_chunk(
+        self,
+        entries: list[DueEntry],
+        runs: dict[tuple[str, int], execution_pb2.Execution],
+    ) -> list[str]:
         now = self.clock.now_ms()
         claims: list[_Claim] = []
         for entry in entries:

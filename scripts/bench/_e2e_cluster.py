@@ -1,0 +1,221 @@
+"""Real schedd parts for the e2e benchmark: etcd, one node process, one worker process.
+
+Every child is started in its own session and registered with :class:`Children`, which stops
+them (SIGTERM, then SIGKILL after a bound) at the end of each workload and again at exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from schedd.client import Client
+from schedd.dev import EtcdProcess, free_port
+from schedd.store._etcd import Etcd, EtcdConfig, prefix_end
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+BENCH_DIR = Path(__file__).resolve().parent
+SCHEDD_BIN = REPO / ".venv" / "bin" / "schedd"
+PREFIX = b"/schedd/v1/"
+PARTITIONS = 16
+NODE_ID = "bench"
+
+
+class Children:
+    """The benchmark's child processes; :meth:`stop_all` is safe to call any number of times."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.etcds: list[EtcdProcess] = []
+
+    def spawn(
+        self, args: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+        if proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            self.stop(proc)
+        self.procs.clear()
+        for etcd in self.etcds:
+            etcd.stop()
+        self.etcds.clear()
+
+
+def etcd_metrics(endpoint: str) -> dict[str, float]:
+    """The mvcc counters and the current revision from etcd's Prometheus endpoint."""
+    wanted = {
+        "etcd_mvcc_txn_total": "txn",
+        "etcd_mvcc_put_total": "put",
+        "etcd_mvcc_delete_total": "delete",
+        "etcd_debugging_mvcc_current_revision": "revision",
+    }
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in wanted:
+            out[wanted[name]] = float(value)
+    return out
+
+
+class EtcdProbe:
+    """Cheap reads of the runs/ keys through the store facade, on a private event loop thread."""
+
+    def __init__(self, endpoint: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._etcd: Etcd = self._run(Etcd.connect(EtcdConfig(endpoints=(endpoint,), timeout_s=30)))
+        self._runs = PREFIX + b"runs/"
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def runs_count(self) -> int:
+        """How many executions etcd holds (claimed and not yet finished)."""
+        return self._run(self._etcd.count(self._runs, prefix_end(self._runs)))
+
+    def runs_scheduled_before(self, end_ms: int) -> int:
+        """How many executions etcd holds whose scheduled fire is before ``end_ms``."""
+
+        async def scan() -> int:
+            kvs, _ = await self._etcd.range_all(self._runs, prefix_end(self._runs), page=10_000)
+            return sum(1 for kv in kvs if int(kv.key.rpartition(b"/")[2]) < end_ms)
+
+        return self._run(scan())
+
+    def close(self) -> None:
+        try:
+            self._run(self._etcd.close(), 10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+
+class Cluster:
+    """A fresh etcd, one node process and one worker process under ``root``."""
+
+    def __init__(self, root: Path, children: Children, capacity: int) -> None:
+        self.root = root
+        self.children = children
+        self.capacity = capacity
+        self.record = root / "starts.txt"
+        self.port = free_port()
+        self.etcd = EtcdProcess(root / "etcd")
+        self.node: subprocess.Popen[bytes] | None = None
+        self.worker: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.children.etcds.append(self.etcd)
+        self.etcd.start()
+        self.node = self.children.spawn(
+            [str(SCHEDD_BIN), "--log-level", "warning", "node", "--etcd", self.etcd.endpoint,
+             "--listen", self.address, "--node-id", NODE_ID, "--data-dir", str(self.root / "node"),
+             "--partitions", str(PARTITIONS)],
+            self.root / "node.log",
+        )  # fmt: skip
+        env = dict(os.environ, E2E_RECORD=str(self.record))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
+        self.worker = self.children.spawn(
+            [str(SCHEDD_BIN), "--log-level", "warning", "worker", "--connect", self.address,
+             "--import", "_e2e_handlers", "--worker-id", "bench-worker",
+             "--capacity", str(self.capacity), "--data-dir", str(self.root / "worker")],
+            self.root / "worker.log", env,
+        )  # fmt: skip
+        self._wait_ready(timeout_s)
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        with Client(self.address, timeout_s=2) as client:
+            while time.monotonic() < deadline:
+                for name, proc in (("node", self.node), ("worker", self.worker)):
+                    if proc is not None and proc.poll() is not None:
+                        raise RuntimeError(
+                            f"{name} exited with {proc.returncode}: {self.log_tail(name)}"
+                        )
+                try:
+                    st = client.cluster_status()
+                    owned = sum(1 for p in st.partitions if p.owner == NODE_ID)
+                    workers = len(st.workers)
+                    last = f"{owned}/{PARTITIONS} partitions owned, {workers} workers"
+                    if owned == PARTITIONS and workers >= 1:
+                        return
+                except Exception as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                time.sleep(0.2)
+        raise RuntimeError(f"cluster not ready in {timeout_s}s ({last})")
+
+    def log_tail(self, name: str, chars: int = 1500) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for proc in (self.worker, self.node):
+            if proc is not None:
+                self.children.stop(proc)
+        self.etcd.stop()
+
+
+class StartLog:
+    """Follows the worker's record file: counts lines as they arrive, parses at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self.lines = 0
+
+    def poll(self) -> int:
+        if not self.path.exists():
+            return self.lines
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # count whole lines only
+        self._offset += end
+        self.lines += data.count(b"\n", 0, end)
+        return self.lines
+
+    def records(self) -> list[tuple[str, int, int]]:
+        """(execution id, scheduled ms, start ns) of every recorded start."""
+        out = []
+        if not self.path.exists():
+            return out
+        with open(self.path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3:
+                    out.append((parts[0], int(parts[1]), int(parts[2])))
+        return out

@@ -1,0 +1,73 @@
+"""The benchmark's worker-side module: a no-op handler that records when each execution started.
+
+Loaded by ``schedd worker --import _e2e_handlers`` (``scripts/bench`` on PYTHONPATH). The handler
+appends ``(execution_id, scheduled_ms, time.time_ns())`` to an in-memory list; a daemon thread
+moves the list to ``$E2E_RECORD`` every 100 ms as text lines ``ID SCHEDULED_MS START_NS``, and
+an atexit hook writes what is left. The handler itself never touches the file, so recording costs
+one list append on the hot path, and the file is complete a moment after the last start even if
+the worker process is killed later (the benchmark reads it while the worker runs).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import threading
+import time
+from typing import Any
+
+_FLUSH_INTERVAL_S = 0.1
+
+
+class StartRecorder:
+    """Collects start records in memory; a background thread appends them to a file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # deque: append (event loop thread) and popleft (flusher) are atomic, so none is lost.
+        self._pending: collections.deque[tuple[str, int, int]] = collections.deque()
+        self._lock = threading.Lock()  # serialises flushes (thread vs atexit), not appends
+        self._stop = threading.Event()
+        open(path, "a").close()
+        self._thread = threading.Thread(target=self._run, name="e2e-recorder", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def record(self, execution_id: str, scheduled_ms: int) -> None:
+        self._pending.append((execution_id, scheduled_ms, time.time_ns()))
+
+    def flush(self) -> None:
+        with self._lock:
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(len(pending))]
+            if not batch:
+                return
+            text = "".join(f"{eid} {ms} {ns}\n" for eid, ms, ns in batch)
+            with open(self.path, "a") as f:
+                f.write(text)
+
+    def _run(self) -> None:
+        while not self._stop.wait(_FLUSH_INTERVAL_S):
+            self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+
+
+def _scheduled_ms(ctx: Any) -> int:
+    ms = getattr(ctx, "scheduled_ms", None)
+    if ms:
+        return int(ms)
+    # The execution id is "{job_id}@{scheduled_ms}" (see schedd.store._keys.execution_id).
+    return int(str(ctx.execution_id).rpartition("@")[2])
+
+
+def register(worker: Any) -> None:
+    """Registers the ``noop`` handler on ``worker``, recording into ``$E2E_RECORD``."""
+    recorder = StartRecorder(os.environ.get("E2E_RECORD", "e2e-starts.txt"))
+
+    @worker.handler("noop")
+    async def noop(ctx: Any, payload: Any) -> None:
+        recorder.record(ctx.execution_id, _scheduled_ms(ctx))

@@ -1,0 +1,226 @@
+"""The schedd side of the e2e benchmark: one workload on a fresh cluster, measured.
+
+Method, per workload:
+1. fresh etcd + node + worker (:class:`~_e2e_cluster.Cluster`), then 2 s idle to read the
+   background etcd revision rate (lease-bound keys, registrations);
+2. jobs created through ``Client.create_jobs`` in chunks; for a burst every job is
+   ``@at T`` with T = now + n / (estimated create rate) * 1.3 + margin, rounded up to a second;
+3. the etcd counters are read *after* creation (so job creation is excluded), and for bursts the
+   runs/ keys are counted 250 ms before T: all n present means every claim was made ahead;
+4. the worker's record file is followed until every expected execution started (bounded);
+5. durable: etcd's runs/ keys are polled (count-only range) until none is left for the window;
+   a finished execution's final write deletes its runs/ key, so 0 means every result committed;
+6. etcd counters again: write transactions = revision delta (each write txn bumps it once),
+   key writes = put + delete deltas, both per execution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from _e2e_cluster import Children, Cluster, EtcdProbe, StartLog, etcd_metrics
+from _e2e_common import Result, Workload, fires_per_s, lateness_stats, say, spread_offset_ms
+
+from schedd.client import Client, build_job
+
+CHUNK = 2000
+
+
+class Estimates:
+    """Carried between workloads: the job create rate measured so far."""
+
+    def __init__(self) -> None:
+        self.create_per_s = 1500.0
+
+
+def _at(ms: float) -> str:
+    return "@at " + datetime.fromtimestamp(ms / 1000.0, UTC).isoformat(timespec="seconds")
+
+
+def _create(client: Client, schedules: list[str]) -> float:
+    """Creates one no-op job per schedule; returns the seconds it took."""
+    t0 = time.monotonic()
+    for start in range(0, len(schedules), CHUNK):
+        jobs = [
+            build_job(f"e2e-{start + i}", schedule=s, handler="noop", max_attempts=1)
+            for i, s in enumerate(schedules[start : start + CHUNK])
+        ]
+        for outcome in client.create_jobs(jobs):
+            if isinstance(outcome, Exception):
+                raise RuntimeError(f"create failed: {outcome}") from outcome
+    return time.monotonic() - t0
+
+
+def _wait_starts(log: StartLog, expected: int, deadline: float) -> int:
+    seen = log.poll()
+    while seen < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+        seen = log.poll()
+    time.sleep(0.3)  # the recorder flushes every 100 ms: let duplicates, if any, land too
+    return log.poll()
+
+
+def _sleep_until(wall_s: float) -> None:
+    time.sleep(max(0.0, wall_s - time.time()))
+
+
+def _poll_zero(probe: Any, read: Any, timeout_s: float) -> float | None:
+    """Seconds until ``read()`` returns 0 (None on timeout)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if read() == 0:
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    return None
+
+
+def run_once(
+    w: Workload, root: Path, children: Children, est: Estimates, capacity: int, margin_s: float
+) -> Result:
+    """One workload (burst, spread or sustained) on a fresh cluster."""
+    res = Result("schedd", w.name, w.n)
+    cluster = Cluster(root, children, capacity)
+    probe = None
+    try:
+        cluster.start()
+        probe = EtcdProbe(cluster.etcd.endpoint)
+        with Client(cluster.address, timeout_s=120) as client:
+            m = etcd_metrics(cluster.etcd.endpoint)
+            time.sleep(2.0)
+            bg = (etcd_metrics(cluster.etcd.endpoint)["revision"] - m["revision"]) / 2.0
+            res.extra["etcd_bg_rev_per_s"] = round(bg, 1)
+            if w.kind == "sustained":
+                _sustained(w, client, cluster, probe, res, est)
+            else:
+                _one_shot(w, client, cluster, probe, res, est, margin_s)
+    except Exception as exc:
+        res.error = f"{type(exc).__name__}: {exc}"[:500]
+        res.extra["node_log_tail"] = cluster.log_tail("node", 600)
+    finally:
+        if probe is not None:
+            with contextlib.suppress(Exception):
+                probe.close()
+        cluster.stop()
+    return res
+
+
+def _one_shot(
+    w: Workload,
+    client: Client,
+    cluster: Cluster,
+    probe: EtcdProbe,
+    res: Result,
+    est: Estimates,
+    margin_s: float,
+) -> None:
+    create_s = w.n / est.create_per_s * 1.3
+    t_ms = math.ceil(time.time() + create_s + margin_s + w.n / 20_000) * 1000.0
+    offsets = [
+        spread_offset_ms(i, w.n, w.spread_s) if w.kind == "spread" else 0.0 for i in range(w.n)
+    ]
+    schedules = [_at(t_ms + off) for off in offsets]
+    last_ms = t_ms + max(offsets)
+    took = _create(client, schedules)
+    est.create_per_s = w.n / took
+    res.extra["create_per_s"] = round(w.n / took, 0)
+    if time.time() * 1000.0 > t_ms - 1000:
+        raise RuntimeError(f"creation ({took:.1f}s) overran the fire instant; raise --margin")
+    say(
+        f"  schedd {w.name}: created {w.n} jobs in {took:.1f}s;"
+        f" fire in {(t_ms / 1000 - time.time()):.1f}s"
+    )
+    m0 = etcd_metrics(cluster.etcd.endpoint)
+    m0["_wall"] = time.time()
+    _sleep_until(t_ms / 1000.0 - 0.25)
+    res.extra["claimed_before_fire"] = probe.runs_count()
+    log = StartLog(cluster.record)
+    deadline = time.monotonic() + (last_ms / 1000.0 - time.time()) + 60 + w.n / 2000
+    _wait_starts(log, w.n, deadline)
+    durable = _poll_zero(probe, probe.runs_count, max(30.0, w.n / 1000))
+    end_wall = time.time()
+    m1 = etcd_metrics(cluster.etcd.endpoint)
+    recs = log.records()
+    sched = {eid: ms for eid, ms, _ in recs}
+    first = {}
+    for eid, _ms, ns in recs:
+        first.setdefault(eid, ns)
+    late = [first[e] / 1e6 - sched[e] for e in first]
+    res.__dict__.update(lateness_stats(late))
+    res.fires_per_s = fires_per_s([ns / 1e6 for ns in first.values()], t_ms, w.kind, w.n)
+    res.lost = w.n - len(first)
+    res.extra["dup"] = len(recs) - len(first)
+    _etcd_cost(res, m0, m1, len(first), res.extra["etcd_bg_rev_per_s"], end_wall - m0["_wall"])
+    if durable is not None and res.lost == 0:
+        # from the last due instant until no execution is left in etcd
+        res.durable_s = round(end_wall - last_ms / 1000.0, 2)
+    else:
+        res.extra["runs_left"] = probe.runs_count()
+
+
+def _etcd_cost(
+    res: Result,
+    m0: dict[str, float],
+    m1: dict[str, float],
+    execs: int,
+    bg_rev_per_s: float,
+    seconds: float,
+) -> None:
+    if not execs:
+        return
+    revs = m1["revision"] - m0["revision"]
+    res.etcd_txns_per_exec = round(revs / execs, 3)
+    res.etcd_writes_per_exec = round(
+        (m1["put"] - m0["put"] + m1["delete"] - m0["delete"]) / execs, 3
+    )
+    res.extra["etcd_mvcc_txn_total_per_exec"] = round((m1["txn"] - m0["txn"]) / execs, 3)
+    res.extra["etcd_bg_revs_in_window"] = round(bg_rev_per_s * seconds, 0)
+
+
+def _sustained(
+    w: Workload, client: Client, cluster: Cluster, probe: EtcdProbe, res: Result, est: Estimates
+) -> None:
+    took = _create(client, ["* * * * * *"] * w.n)
+    res.extra["create_per_s"] = round(w.n / took, 0)
+    start_ms = (math.floor(time.time()) + 4) * 1000  # warm-up: a few seconds of firing first
+    end_ms = start_ms + w.duration_s * 1000
+    say(
+        f"  schedd {w.name}: created {w.n} per-second jobs in {took:.1f}s; measuring "
+        f"{w.duration_s}s from T+{start_ms / 1000 - time.time():.1f}s"
+    )
+    _sleep_until(start_ms / 1000.0)
+    m0 = etcd_metrics(cluster.etcd.endpoint)
+    m0["_wall"] = time.time()
+    _sleep_until(end_ms / 1000.0)
+    m1 = etcd_metrics(cluster.etcd.endpoint)
+    log = StartLog(cluster.record)
+    in_window = 0
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:  # the window's last fires may still be arriving
+        log.poll()
+        recs = [r for r in log.records() if start_ms <= r[1] < end_ms]
+        in_window = len({r[0] for r in recs})
+        if in_window >= w.expected:
+            break
+        time.sleep(0.5)
+    wait_t0 = time.time()
+    durable = _poll_zero(probe, lambda: probe.runs_scheduled_before(end_ms), 30.0)
+    recs = [r for r in log.records() if start_ms <= r[1] < end_ms]
+    first: dict[str, tuple[int, int]] = {}
+    for eid, ms, ns in recs:
+        first.setdefault(eid, (ms, ns))
+    late = [ns / 1e6 - ms for ms, ns in first.values()]
+    res.__dict__.update(lateness_stats(late))
+    res.fires_per_s = fires_per_s(
+        [ns / 1e6 for _, ns in first.values()], start_ms, "sustained", w.n, w.duration_s
+    )
+    res.lost = w.expected - len(first)
+    res.extra["dup"] = len(recs) - len(first)
+    res.extra["expected"] = w.expected
+    _etcd_cost(res, m0, m1, w.expected, res.extra["etcd_bg_rev_per_s"], w.duration_s)
+    if durable is not None and res.lost == 0:
+        res.durable_s = round(wait_t0 + durable - end_ms / 1000.0, 2)
