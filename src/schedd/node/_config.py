@@ -22,7 +22,9 @@ class NodeConfig:
         partitions: P, fixed at cluster init (later nodes use the stored value).
         data_dir: local state (run history).
         window_ms: W, how far ahead the due index is loaded into the wheel.
-        lead_ms: L, how long before its fire an execution is claimed durably.
+        lead_ms: L, how long before its fire an execution is claimed durably. Not a whole
+            number of seconds on purpose: jobs aligned to seconds then become claimable
+            between fire instants, so a burst of claim work never delays a burst of fires.
         grace_ms: a fire later than this is a misfire, handled by the job's policy.
         tick_ms: timer wheel tick.
         session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
@@ -45,7 +47,7 @@ class NodeConfig:
     partitions: int = 64
     data_dir: Path = Path(".schedd-node")
     window_ms: int = 60_000
-    lead_ms: int = 2_000
+    lead_ms: int = 1_500
     grace_ms: int = 1_000
     tick_ms: int = 10
     session_ttl_s: int = 5
