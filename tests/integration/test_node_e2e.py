@@ -183,3 +183,38 @@ async def test_update_while_firing_takes_effect(h: Harness) -> None:
     assert all(json.loads(r.result) == {"v": 2} for r in after(runs)), [
         r.result for r in after(runs)
     ]
+
+
+async def test_overlap_forbid_skips_and_replace_cancels(h: Harness) -> None:
+    await h.start_node()
+    await h.start_worker()
+    client = await h.connect()
+    forbid = (
+        await client.create_job(
+            "f", schedule="* * * * * *", handler="slow", payload={"seconds": 2.5}, overlap="forbid"
+        )
+    ).job
+    replace = (
+        await client.create_job(
+            "r",
+            schedule="*/2 * * * * *",
+            handler="slow",
+            payload={"seconds": 30},
+            overlap="replace",
+        )
+    ).job
+    skipped = await eventually(
+        lambda: h.runs(forbid.id),
+        lambda rs: len([r for r in rs if r.state == execution_pb2.EXECUTION_SKIPPED]) >= 2,
+        timeout=20,
+        what="skipped fires",
+    )
+    assert all("overlap" in r.reason for r in skipped if r.state == execution_pb2.EXECUTION_SKIPPED)
+    cancelled = await eventually(
+        lambda: h.runs(replace.id),
+        lambda rs: any(r.state == execution_pb2.EXECUTION_CANCELLED for r in rs),
+        timeout=20,
+        what="a replaced run",
+    )
+    running = [r for r in cancelled if r.state == execution_pb2.EXECUTION_RUNNING]
+    assert len(running) <= 1

@@ -44,9 +44,12 @@ class Live:
     dispatched: bool = False
     cancelling: bool = False
     buffered: bool = False
+    # Built when the claim lands (seconds before the fire), so firing only hands it over.
+    message: worker_pb2.Dispatch | None = None
 
 
 class Outcomes(Protocol):
+    def prepare(self, runner: PartitionRunner, live: Live) -> None: ...
     async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None: ...
     def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None: ...
     def recorded(self, executions: Sequence[execution_pb2.Execution]) -> None: ...
@@ -96,6 +99,13 @@ class ExecutionManager:
 
     # -- Outcomes (called by partition runners) -------------------------------------------------
 
+    def prepare(self, runner: PartitionRunner, live: Live) -> None:
+        """Builds the dispatch message ahead of the fire (its deadline counts from due_ms)."""
+        cached = runner.jobs.get(live.ex.job_id)
+        live.message = self._dispatch_message(
+            live.ex, cached.job if cached else None, live.ex.due_ms
+        )
+
     async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None:
         """The wheel fired these: apply overlap policies, dispatch the rest in one batch."""
         now = self.clock.now_ms()
@@ -135,13 +145,17 @@ class ExecutionManager:
             return
         out = []
         for live in lives:
-            cached = runner.jobs.get(live.ex.job_id)
             live.dispatched = True
             live.buffered = False
             live.ex.dispatched_ms = now
             live.ex.state = execution_pb2.EXECUTION_DISPATCHED
             self.running.setdefault(live.ex.job_id, set()).add(live.ex.id)
-            out.append(self._dispatch_message(live.ex, cached.job if cached else None, now))
+            msg = live.message
+            if msg is None or msg.fencing_token != live.ex.fencing_token:
+                cached = runner.jobs.get(live.ex.job_id)
+                msg = self._dispatch_message(live.ex, cached.job if cached else None, now)
+            live.message = None
+            out.append(msg)
         self.stats.counts["dispatched"] += len(out)
         self.dispatcher.submit(out)
 

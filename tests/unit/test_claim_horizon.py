@@ -1,0 +1,46 @@
+"""The claim lead stretches ahead of bursts so their claims are durable by the fire (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from schedd._clock import ManualClock
+from schedd.node._config import NodeConfig
+from schedd.node._partition import PartitionRunner
+from schedd.store._records import DueEntry
+
+
+def runner(now: int) -> PartitionRunner:
+    store: Any = SimpleNamespace(partition=0)
+    cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"))
+    r = PartitionRunner(store, cfg, ManualClock(now), history=None, outcomes=None)  # type: ignore[arg-type]
+    r.window_end = now + cfg.window_ms
+    return r
+
+
+def add(r: PartitionRunner, due_ms: int, n: int) -> None:
+    for i in range(n):
+        r.due[(due_ms, f"j{i:06d}")] = DueEntry(0, due_ms, f"j{i:06d}", "f", due_ms, 1)
+
+
+def test_trickle_uses_the_plain_lead() -> None:
+    r = runner(1_000_000)
+    add(r, 1_000_000 + 10_000, 100)
+    assert r.claim_horizon(1_000_000) == 1_000_000 + r.config.lead_ms
+
+
+def test_burst_is_claimed_early_enough_at_the_measured_rate() -> None:
+    now = 1_000_000
+    r = runner(now)
+    r.claim_rate = 4000.0
+    due = now + 20_000
+    add(r, due, 40_000)  # 40k at 4000/s (x0.7) needs ~14.3 s: start claiming before due - 14.3 s
+    assert r.claim_horizon(now) == now + r.config.lead_ms  # 20 s away: not yet
+    start = due - r.config.lead_ms - 14_000
+    assert r.claim_horizon(start) >= due, "a burst this size must be claimed from now on"
+    later_rate = runner(now)
+    later_rate.claim_rate = 40_000.0
+    add(later_rate, due, 40_000)
+    assert later_rate.claim_horizon(start) < due, "a fast etcd needs no early start"
