@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,13 +35,25 @@ def test_trickle_uses_the_plain_lead() -> None:
 def test_burst_is_claimed_early_enough_at_the_measured_rate() -> None:
     now = 1_000_000
     r = runner(now)
-    r.claim_rate = 4000.0
+    r.claim_rate = 4000.0  # measured; the configured node rate is set to match below
     due = now + 20_000
+    r.config = replace(r.config, claim_rate=4000.0)
     add(r, due, 40_000)  # 40k at 4000/s (x0.7) needs ~14.3 s: start claiming before due - 14.3 s
     assert r.claim_horizon(now) == now + r.config.lead_ms  # 20 s away: not yet
     start = due - r.config.lead_ms - 14_000
     assert r.claim_horizon(start) >= due, "a burst this size must be claimed from now on"
     later_rate = runner(now)
     later_rate.claim_rate = 40_000.0
+    later_rate.config = replace(later_rate.config, claim_rate=40_000.0)
     add(later_rate, due, 40_000)
     assert later_rate.claim_horizon(start) < due, "a fast etcd needs no early start"
+
+
+def test_partitions_share_the_node_rate() -> None:
+    now = 1_000_000
+    r = runner(now)
+    r.claim_rate = 1e9  # measured alone; the node's rate is what 16 partitions share
+    r.partitions_owned = 16
+    due = now + 30_000
+    add(r, due, 6_000)  # 3000/s over 16 partitions (x0.7): ~45 s for this share
+    assert r.claim_horizon(now) >= due

@@ -30,6 +30,9 @@ class NodeConfig:
         session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
         max_clock_skew_ms: a node further than this from the cluster's median clock owns nothing.
         claim_batch: most due entries claimed in one round.
+        claim_rate: claims per second the node expects to sustain across all its partitions
+            (each partition plans with its share, or with its own measured rate if lower);
+            the lead stretches ahead of a burst by its backlog at that rate.
         txn_items: most jobs in one etcd transaction (etcd's --max-txn-ops bounds it).
         lease_timeout_ms: a dispatched execution not heartbeated this long is redelivered.
         heartbeat_interval_ms: what workers are told to heartbeat at.
@@ -53,6 +56,7 @@ class NodeConfig:
     session_ttl_s: int = 5
     max_clock_skew_ms: int = 500
     claim_batch: int = 4096
+    claim_rate: float = 3000.0
     txn_items: int = 128
     lease_timeout_ms: int = 15_000
     heartbeat_interval_ms: int = 3_000

@@ -91,6 +91,7 @@ class ExecutionManager:
         self._on_partition_lost = on_partition_lost
         self.rng = rng or random.Random()
         self.running: dict[str, set[str]] = {}  # job id -> dispatched execution ids
+        self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
         self.stats = Stats()
 
     def _runner_of(self, execution_id: str) -> PartitionRunner | None:
@@ -120,15 +121,11 @@ class ExecutionManager:
             elif policy == job_pb2.OVERLAP_FORBID:
                 skipped.append(live)
             elif policy == job_pb2.OVERLAP_BUFFER_ONE:
-                waiting = [
-                    lv
-                    for lv in runner.live.values()
-                    if lv.buffered and lv.ex.job_id == live.ex.job_id
-                ]
-                if waiting:
+                if live.ex.job_id in self.buffered:
                     skipped.append(live)
                 else:
                     live.buffered = True
+                    self.buffered[live.ex.job_id] = live
             else:  # REPLACE
                 for eid in busy:
                     old = runner.live.get(eid)
@@ -146,7 +143,9 @@ class ExecutionManager:
         out = []
         for live in lives:
             live.dispatched = True
-            live.buffered = False
+            if live.buffered:
+                live.buffered = False
+                self.buffered.pop(live.ex.job_id, None)
             live.ex.dispatched_ms = now
             live.ex.state = execution_pb2.EXECUTION_DISPATCHED
             self.running.setdefault(live.ex.job_id, set()).add(live.ex.id)
@@ -400,9 +399,9 @@ class ExecutionManager:
             )
             runner.due[(entry.due_ms, job_id)] = entry
             runner._wake.set()
-        buffered = [lv for lv in runner.live.values() if lv.buffered and lv.ex.job_id == job_id]
-        if buffered and not self.running.get(job_id):
-            resend.append(buffered[0])
+        waiting = self.buffered.get(job_id)
+        if waiting is not None and not self.running.get(job_id) and waiting.ex.id in runner.live:
+            resend.append(waiting)
 
     async def on_lost(self, lost: list[InFlight], reason: str) -> None:
         """A worker vanished or let a lease run out: redeliver each with a new, larger token."""

@@ -197,6 +197,7 @@ class Node:
         store = PartitionStore(self.etcd, self.keys, fence, max_items=self.config.txn_items)
         runner = PartitionRunner(store, self.config, self.clock, self.history, self.manager)
         self.manager.runners[fence.partition] = runner
+        self._share_claim_rate()
         try:
             await runner.start()
         except SchedError:
@@ -213,12 +214,17 @@ class Node:
             if given_back:
                 log.info("partition %d: gave back %d claimed fires", partition, given_back)
         self.manager.runners.pop(partition, None)
+        self._share_claim_rate()
         ids = await runner.stop()
         self.dispatcher.forget(ids)
         for eid in ids:
             job_id, _ = parse_execution_id(eid)
             self.manager.running.get(job_id, set()).discard(eid)
         log.info("partition %d released (%s)", partition, reason)
+
+    def _share_claim_rate(self) -> None:
+        for r in self.manager.runners.values():
+            r.partitions_owned = len(self.manager.runners)
 
     def _fenced(self, partition: int, reason: str) -> None:
         task = asyncio.get_running_loop().create_task(self._lost(partition, reason))

@@ -83,7 +83,9 @@ class PartitionRunner:
         self.stopped = asyncio.Event()
         self.claims_total = 0
         #: Measured claims per second (EWMA), for stretching the lead ahead of bursts.
-        self.claim_rate = 5000.0
+        self.claim_rate = config.claim_rate
+        #: How many partitions this node owns (set by the node): they share its claim rate.
+        self.partitions_owned = 1
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -209,7 +211,7 @@ class PartitionRunner:
         if self.due:
             first_due = self.due.peekitem(0)[0][0]
             wait_ms = min(wait_ms, first_due - self.config.lead_ms - now)
-            if len(self.due) > self.claim_rate:  # a burst may need claiming early: look often
+            if len(self.due) > 1000:  # a burst may need claiming early: look often
                 wait_ms = min(wait_ms, 250)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
@@ -224,7 +226,8 @@ class PartitionRunner:
         the slack before h: claims then start early enough to be durable by the fire.
         """
         horizon = now + self.config.lead_ms
-        rate_per_ms = max(self.claim_rate, 500.0) * 0.7 / 1000.0
+        share = self.config.claim_rate / max(1, self.partitions_owned)
+        rate_per_ms = max(min(self.claim_rate, share), 50.0) * 0.7 / 1000.0
         for seconds in range(1, self.config.window_ms // 1000 + 1):
             h = horizon + seconds * 1000
             if h > self.window_end:
