@@ -1,0 +1,79 @@
+"""`schedd dev` (what `make dev` runs): starts, tells what to type, runs a job, stops cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from schedd.dev import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+BIN = Path(sys.executable).parent
+
+
+def _ctl(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "schedctl"), "--endpoints", endpoint, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [str(BIN / "schedd"), "dev", "--data-dir", str(tmp_path / "dev"), "--listen", listen],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "schedctl job create" in line:
+                break
+        assert any("schedd dev is running" in ln for ln in lines), lines
+        created = _ctl(
+            listen,
+            "job",
+            "create",
+            "hi",
+            "--schedule",
+            "@after 1s",
+            "--handler",
+            "echo",
+            "-o",
+            "json",
+        )
+        assert created.returncode == 0, created.stderr
+        job_id = json.loads(created.stdout)["id"]
+        for _ in range(100):
+            runs = _ctl(listen, "run", "list", "--job", job_id, "-o", "json")
+            if runs.returncode == 0 and any(
+                r["state"] == "SUCCEEDED" for r in json.loads(runs.stdout)
+            ):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(
+                f"the demo worker did not run the job: {runs.stdout} {runs.stderr}"
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0
