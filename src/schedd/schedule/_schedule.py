@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from schedd._errors import InvalidArgument, InvalidSchedule
 from schedd.schedule._cron import CronEngine
-from schedd.schedule._cronexpr import parse_cron
+from schedd.schedule._cronexpr import CronSpec, parse_cron
 from schedd.schedule._duration import parse_duration_ms
 from schedd.schedule._tz import segment_at, validate_timezone, zone
 
@@ -185,8 +186,7 @@ def parse_schedule(expr: str, tz: str = "UTC", *, anchor_ms: int = 0) -> Schedul
     if head == "@at":
         at, fixed = _parse_at(rest, zone_name)
         return Schedule(ScheduleKind.AT, text, zone_name, fixed_time=fixed, at_ms=at)
-    spec = parse_cron(text)
-    engine = CronEngine(spec, zone_name)
+    spec, engine = _cron_engine(text, zone_name)
     sched = Schedule(ScheduleKind.CRON, text, zone_name, fixed_time=spec.fixed_time, cron=engine)
     first = sched.next_fire(anchor_ms)
     if first is None or first - anchor_ms > _FIVE_YEARS_MS:
@@ -194,6 +194,15 @@ def parse_schedule(expr: str, tz: str = "UTC", *, anchor_ms: int = 0) -> Schedul
             f"{text!r} never fires: no fire within 5 years of {iso_ms(anchor_ms)}"
         )
     return sched
+
+
+@functools.lru_cache(maxsize=1024)
+def _cron_engine(text: str, zone_name: str) -> tuple[CronSpec, CronEngine]:
+    # Parsing costs ~30 us and every job with the same expression and zone shares the result
+    # (creation validates, plans the first fire and the owner plans every claim from it). A
+    # parse error raises and is not cached.
+    spec = parse_cron(text)
+    return spec, CronEngine(spec, zone_name)
 
 
 def _whole_seconds(text: str, what: str) -> int:
