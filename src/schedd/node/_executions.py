@@ -94,6 +94,14 @@ class ExecutionManager:
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
         self.stats = Stats()
 
+    def not_running(self, job_id: str, execution_id: str) -> None:
+        """Forgets a dispatched execution of a job (and the job, when it has none left)."""
+        ids = self.running.get(job_id)
+        if ids is not None:
+            ids.discard(execution_id)
+            if not ids:
+                del self.running[job_id]
+
     def _runner_of(self, execution_id: str) -> PartitionRunner | None:
         job_id, _ = parse_execution_id(execution_id)
         return self.runners.get(partition_of(job_id, self.config.partitions))
@@ -212,7 +220,7 @@ class ExecutionManager:
             runner.driver.cancel(live.timer)
         if live.dispatched:
             self._cancel_dispatch(live, reason)
-        self.running.get(live.ex.job_id, set()).discard(live.ex.id)
+        self.not_running(live.ex.job_id, live.ex.id)
 
     def _cancel_dispatch(self, live: Live, reason: str) -> None:
         if self.dispatcher is not None:
@@ -383,7 +391,7 @@ class ExecutionManager:
         resend: list[Live],
     ) -> None:
         eid, job_id = d.live.ex.id, d.live.ex.job_id
-        self.running.get(job_id, set()).discard(eid)
+        self.not_running(job_id, eid)
         if d.redeliver:
             d.live.ex.fencing_token = rev
             d.live.ex.worker_id = ""
@@ -432,7 +440,7 @@ class ExecutionManager:
             return
         resend = []
         for live, good, rev in zip(lives, ok, revs, strict=True):
-            self.running.get(live.ex.job_id, set()).discard(live.ex.id)
+            self.not_running(live.ex.job_id, live.ex.id)
             if good:
                 live.ex.fencing_token = rev
                 live.ex.worker_id = ""

@@ -219,7 +219,7 @@ class Node:
         self.dispatcher.forget(ids)
         for eid in ids:
             job_id, _ = parse_execution_id(eid)
-            self.manager.running.get(job_id, set()).discard(eid)
+            self.manager.not_running(job_id, eid)
         log.info("partition %d released (%s)", partition, reason)
 
     def _share_claim_rate(self) -> None:
