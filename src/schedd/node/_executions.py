@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -66,11 +65,6 @@ class _Decision:
     redeliver: bool = False
 
 
-@dataclass
-class Stats:
-    counts: Counter[str] = field(default_factory=Counter)
-
-
 class ExecutionManager:
     """Fires claimed executions and applies what workers report."""
 
@@ -92,7 +86,6 @@ class ExecutionManager:
         self.rng = rng or random.Random()
         self.running: dict[str, set[str]] = {}  # job id -> dispatched execution ids
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
-        self.stats = Stats()
 
     def not_running(self, job_id: str, execution_id: str) -> None:
         """Forgets a dispatched execution of a job (and the job, when it has none left)."""
@@ -163,7 +156,6 @@ class ExecutionManager:
                 msg = self._dispatch_message(live.ex, cached.job if cached else None, now)
             live.message = None
             out.append(msg)
-        self.stats.counts["dispatched"] += len(out)
         self.dispatcher.submit(out)
 
     def _dispatch_message(
@@ -213,7 +205,6 @@ class ExecutionManager:
             return
         done = [f for f, good in zip(finals, ok, strict=True) if good]
         self.history.record(done)
-        self.stats.counts["skipped"] += len(done)
 
     def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None:
         if live.timer is not None:
@@ -228,7 +219,6 @@ class ExecutionManager:
 
     def recorded(self, executions: Sequence[execution_pb2.Execution]) -> None:
         for ex in executions:
-            self.stats.counts[execution_pb2.ExecutionState.Name(ex.state)] += 1
             log.info(
                 "execution %s %s: %s", ex.id, execution_pb2.ExecutionState.Name(ex.state), ex.reason
             )
@@ -325,8 +315,6 @@ class ExecutionManager:
             out.append((n, _ack(d.result, True, grpc.StatusCode.OK, "")))
             self._after(runner, d, rev, finished, resend)
         self.history.record(finished)
-        for ex in finished:
-            self.stats.counts[execution_pb2.ExecutionState.Name(ex.state)] += 1
         self._dispatch(runner, resend, now)
         return out
 
@@ -450,7 +438,6 @@ class ExecutionManager:
         log.info(
             "partition %d: redelivering %d executions (%s)", runner.partition, len(resend), reason
         )
-        self.stats.counts["redelivered"] += len(resend)
         self._dispatch(runner, resend, self.clock.now_ms())
 
 

@@ -28,8 +28,8 @@ from schedd.node._config import NodeConfig
 from schedd.node._executions import Live, Outcomes
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
 from schedd.store._jobs import new_execution
-from schedd.store._owner import CachedJob, Item, JobView, PartitionStore
-from schedd.store._records import FIRE, DueEntry, JobState
+from schedd.store._owner import Item, JobView, PartitionStore
+from schedd.store._records import FIRE, DueEntry, JobState, StoredJob
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, job_pb2
 
@@ -71,7 +71,7 @@ class PartitionRunner:
         self.history = history
         self.out = outcomes
         self.due: SortedDict = SortedDict()  # (due_ms, job_id) -> DueEntry
-        self.jobs: dict[str, CachedJob] = {}
+        self.jobs: dict[str, StoredJob] = {}
         self._schedules: dict[tuple[str, int], Schedule] = {}
         self.live: dict[str, Live] = {}
         self.window_end = 0
@@ -81,7 +81,6 @@ class PartitionRunner:
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
         self.stopped = asyncio.Event()
-        self.claims_total = 0
         #: Measured claims per second (EWMA), for stretching the lead ahead of bursts.
         self.claim_rate = config.claim_rate
         #: How many partitions this node owns (set by the node): they share its claim rate.
@@ -317,7 +316,7 @@ class PartitionRunner:
                 failed.append(claim.entry.job_id)
         return failed
 
-    def schedule_of(self, cached: CachedJob) -> Schedule:
+    def schedule_of(self, cached: StoredJob) -> Schedule:
         key = (cached.job.id, cached.spec_revision)
         sched = self._schedules.get(key)
         if sched is None:
@@ -328,7 +327,7 @@ class PartitionRunner:
             self._schedules[key] = sched
         return sched
 
-    def _plan_fire(self, entry: DueEntry, cached: CachedJob, now: int) -> _Claim:
+    def _plan_fire(self, entry: DueEntry, cached: StoredJob, now: int) -> _Claim:
         job, sched = cached.job, self.schedule_of(cached)
         late = now - entry.due_ms > self.config.grace_ms
         missed: list[execution_pb2.Execution] = []
@@ -389,7 +388,6 @@ class PartitionRunner:
         return _Claim(entry, self.store.rewrite_run(ex, consume=entry), [ex])
 
     def _claimed(self, claim: _Claim, rev: int) -> None:
-        self.claims_total += len(claim.executions)
         for ex in claim.executions:
             ex.fencing_token = rev
             self._arm(ex)
@@ -400,7 +398,7 @@ class PartitionRunner:
         if state is None:
             return
         cached = self.jobs[claim.entry.job_id]
-        self.jobs[claim.entry.job_id] = CachedJob(cached.job, cached.spec_revision, state, rev)
+        self.jobs[claim.entry.job_id] = StoredJob(cached.job, cached.spec_revision, state, rev)
         if state.due_ms and state.due_ms <= self.window_end:
             nxt = DueEntry(
                 self.partition, state.due_ms, claim.entry.job_id, FIRE, state.next_fire_ms, rev

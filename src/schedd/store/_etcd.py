@@ -344,10 +344,6 @@ def cmp_mod(key: bytes, mod_revision: int) -> Any:
     return Compare(result=Compare.EQUAL, target=Compare.MOD, key=key, mod_revision=mod_revision)
 
 
-def cmp_value(key: bytes, value: bytes) -> Any:
-    return Compare(result=Compare.EQUAL, target=Compare.VALUE, key=key, value=value)
-
-
 def op_put(key: bytes, value: bytes, lease: int = 0) -> Any:
     return RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=value, lease=lease))
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from schedd._errors import (
@@ -34,7 +33,13 @@ from schedd.store._etcd import (
     prefix_end,
 )
 from schedd.store._keys import Keys, parse_execution_id, partition_of
-from schedd.store._records import DueEntry, JobState, decode_execution, encode_execution
+from schedd.store._records import (
+    DueEntry,
+    JobState,
+    StoredJob,
+    decode_execution,
+    encode_execution,
+)
 from schedd.v1 import execution_pb2, job_pb2
 
 #: A notify value listing more ids than this says "*": the owner reloads its whole window.
@@ -44,14 +49,6 @@ NOTIFY_MAX_IDS = 200
 IN_FLIGHT_MARGIN_MS = 500
 
 Mutation = Callable[[job_pb2.Job], job_pb2.Job]
-
-
-@dataclass(frozen=True)
-class StoredJob:
-    job: job_pb2.Job
-    spec_revision: int
-    state: JobState
-    state_revision: int
 
 
 def first_state(job: job_pb2.Job, after_ms: int) -> JobState:
@@ -178,16 +175,12 @@ class JobStore:
     async def read(self, job_id: str) -> StoredJob:
         k = self.keys
         resp = await self.etcd.txn([], [op_get(k.job_key(job_id)), op_get(k.state_key(job_id))])
-        spec, state = resp.responses[0].response_range.kvs, resp.responses[1].response_range.kvs
-        if not spec:
-            raise JobNotFound(job_id)
-        st = JobState.decode(state[0].value) if state else JobState()
-        return StoredJob(
-            job_pb2.Job.FromString(spec[0].value),
-            spec[0].mod_revision,
-            st,
-            state[0].mod_revision if state else 0,
+        stored = StoredJob.from_kvs(
+            resp.responses[0].response_range.kvs, resp.responses[1].response_range.kvs
         )
+        if stored is None:
+            raise JobNotFound(job_id)
+        return stored
 
     def _present(self, stored: StoredJob) -> job_pb2.Job:
         job = stored.job

@@ -26,8 +26,14 @@ from schedd.store._etcd import (
     prefix_end,
 )
 from schedd.store._keys import Keys
-from schedd.store._records import DueEntry, JobState, decode_execution, encode_execution
-from schedd.v1 import execution_pb2, job_pb2
+from schedd.store._records import (
+    DueEntry,
+    JobState,
+    StoredJob,
+    decode_execution,
+    encode_execution,
+)
+from schedd.v1 import execution_pb2
 
 
 class FenceLike(Protocol):
@@ -47,21 +53,11 @@ class Item:
     ops: list[Any] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class CachedJob:
-    """A job spec and its cursor as the owner last read them (revisions for the compares)."""
-
-    job: job_pb2.Job
-    spec_revision: int
-    state: JobState
-    state_revision: int
-
-
 @dataclass
 class JobView:
     """One job as its owner reconciles it: spec and cursor, live executions, due entries."""
 
-    cached: CachedJob | None
+    cached: StoredJob | None
     runs: list[execution_pb2.Execution]
     due: list[DueEntry] = field(default_factory=list)
 
@@ -96,19 +92,16 @@ class PartitionStore:
         p, due_ms, job_id = self.keys.parse_due_key(kv.key)
         return DueEntry.decode(p, due_ms, job_id, kv.value, kv.mod_revision)
 
-    async def load_runs(self, job_id: str | None = None) -> list[execution_pb2.Execution]:
-        """Live executions of the partition (or of one job), tokens filled from mod revisions."""
-        if job_id is None:
-            start = self.keys.runs_prefix(self.partition)
-        else:
-            start = self.keys.runs_job_prefix(self.partition, job_id)
+    async def load_runs(self) -> list[execution_pb2.Execution]:
+        """Live executions of the partition, tokens filled from mod revisions."""
+        start = self.keys.runs_prefix(self.partition)
         kvs, _ = await self.etcd.range_all(start, prefix_end(start))
         return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
 
-    async def fetch_jobs(self, job_ids: Iterable[str]) -> dict[str, CachedJob]:
+    async def fetch_jobs(self, job_ids: Iterable[str]) -> dict[str, StoredJob]:
         """Specs and states of these jobs, batched into few round trips; missing jobs absent."""
         ids = list(dict.fromkeys(job_ids))
-        out: dict[str, CachedJob] = {}
+        out: dict[str, StoredJob] = {}
         per_txn = max(1, self.max_items // 2)
         for i in range(0, len(ids), per_txn):
             chunk = ids[i : i + per_txn]
@@ -117,18 +110,12 @@ class PartitionStore:
                 ops += [op_get(self.keys.job_key(job_id)), op_get(self.keys.state_key(job_id))]
             resp = await self.etcd.txn([], ops)
             for n, job_id in enumerate(chunk):
-                spec = resp.responses[2 * n].response_range.kvs
-                state = resp.responses[2 * n + 1].response_range.kvs
-                if not spec:
-                    continue
-                st, st_rev = (
-                    (JobState.decode(state[0].value), state[0].mod_revision)
-                    if state
-                    else (JobState(), 0)
+                stored = StoredJob.from_kvs(
+                    resp.responses[2 * n].response_range.kvs,
+                    resp.responses[2 * n + 1].response_range.kvs,
                 )
-                out[job_id] = CachedJob(
-                    job_pb2.Job.FromString(spec[0].value), spec[0].mod_revision, st, st_rev
-                )
+                if stored is not None:
+                    out[job_id] = stored
         return out
 
     async def fetch_views(self, job_ids: Iterable[str]) -> dict[str, JobView]:
@@ -157,15 +144,10 @@ class PartitionStore:
         return views
 
     def _view(self, job_id: str, resp: Any, at: int) -> JobView:
-        spec = resp.responses[at].response_range.kvs
-        state = resp.responses[at + 1].response_range.kvs
+        cached = StoredJob.from_kvs(
+            resp.responses[at].response_range.kvs, resp.responses[at + 1].response_range.kvs
+        )
         runs = resp.responses[at + 2].response_range.kvs
-        cached = None
-        if spec:
-            st = JobState.decode(state[0].value) if state else JobState()
-            rev = state[0].mod_revision if state else 0
-            job = job_pb2.Job.FromString(spec[0].value)
-            cached = CachedJob(job, spec[0].mod_revision, st, rev)
         return JobView(cached, [decode_execution(kv.value, kv.mod_revision) for kv in runs])
 
     async def _fill_due(self, views: dict[str, JobView]) -> None:
@@ -237,7 +219,7 @@ class PartitionStore:
 
     def claim_fire(
         self,
-        cached: CachedJob,
+        cached: StoredJob,
         entry: DueEntry,
         executions: Sequence[execution_pb2.Execution],
         next_state: JobState,
@@ -266,7 +248,7 @@ class PartitionStore:
             item.ops.append(op_put(k.due_key(p, nxt.due_ms, job_id), nxt.encode()))
         return item
 
-    def unclaim(self, cached: CachedJob, executions: Sequence[execution_pb2.Execution]) -> Item:
+    def unclaim(self, cached: StoredJob, executions: Sequence[execution_pb2.Execution]) -> Item:
         """Undoes claims of schedule fires: deletes their runs, moves the due key back."""
         k, p, job_id = self.keys, self.partition, cached.job.id
         first = min(executions, key=lambda e: e.scheduled_ms)

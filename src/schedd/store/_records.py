@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from schedd.v1 import execution_pb2
+from schedd.v1 import execution_pb2, job_pb2
 
 #: A due entry of kind FIRE is a schedule fire: claiming it creates the execution.
 FIRE = "f"
@@ -59,6 +61,30 @@ class JobState:
             return JobState()
         due, nxt, last = json.loads(value)
         return JobState(int(due), int(nxt), int(last))
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A job spec and its cursor as read, with the revisions guarded writes compare on."""
+
+    job: job_pb2.Job
+    spec_revision: int
+    state: JobState
+    state_revision: int
+
+    @staticmethod
+    def from_kvs(spec: Sequence[Any], state: Sequence[Any]) -> StoredJob | None:
+        """From the range results of ``jobs/{id}`` and ``state/{id}``; None when no spec."""
+        if not spec:
+            return None
+        if state:
+            return StoredJob(
+                job_pb2.Job.FromString(spec[0].value),
+                spec[0].mod_revision,
+                JobState.decode(state[0].value),
+                state[0].mod_revision,
+            )
+        return StoredJob(job_pb2.Job.FromString(spec[0].value), spec[0].mod_revision, JobState(), 0)
 
 
 def encode_execution(execution: execution_pb2.Execution) -> bytes:
