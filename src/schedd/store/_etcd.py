@@ -202,6 +202,17 @@ class Etcd:
                 return out, revision
             cursor = kvs[-1].key + b"\x00"
 
+    async def get_many(self, keys: Sequence[bytes], *, per_txn: int = 128) -> list[KeyValue | None]:
+        """The value of each key (None where absent), in order, many keys per round trip."""
+        out: list[KeyValue | None] = []
+        for i in range(0, len(keys), per_txn):
+            resp = await self.txn([], [op_get(k) for k in keys[i : i + per_txn]])
+            out += [
+                _kv(r.response_range.kvs[0]) if r.response_range.kvs else None
+                for r in resp.responses
+            ]
+        return out
+
     async def count(self, start: bytes, end: bytes) -> int:
         try:
             resp = await self._kvs.get(start, end, count_only=True, timeout=self.config.timeout_s)

@@ -226,15 +226,9 @@ class JobStore:
         return found, token
 
     async def _states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
-        out: dict[str, JobState] = {}
-        for i in range(0, len(job_ids), self.batch):
-            chunk = job_ids[i : i + self.batch]
-            resp = await self.etcd.txn([], [op_get(self.keys.state_key(j)) for j in chunk])
-            for n, job_id in enumerate(chunk):
-                kvs = resp.responses[n].response_range.kvs
-                if kvs:
-                    out[job_id] = JobState.decode(kvs[0].value)
-        return out
+        keys = [self.keys.state_key(j) for j in job_ids]
+        found = await self.etcd.get_many(keys, per_txn=self.batch)
+        return {j: JobState.decode(kv.value) for j, kv in zip(job_ids, found, strict=True) if kv}
 
     # -- change ---------------------------------------------------------------------------------
 

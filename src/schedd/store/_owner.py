@@ -62,12 +62,6 @@ class JobView:
     due: list[DueEntry] = field(default_factory=list)
 
 
-def _kv_of(raw: Any) -> KeyValue:
-    return KeyValue(
-        raw.key, raw.value, raw.create_revision, raw.mod_revision, raw.version, raw.lease
-    )
-
-
 class PartitionStore:
     """Reads and fenced writes of one owned partition."""
 
@@ -158,13 +152,11 @@ class PartitionStore:
             for ex in view.runs:
                 if ex.due_ms:
                     keys.append(self.keys.due_key(self.partition, ex.due_ms, job_id))
-        keys = list(dict.fromkeys(keys))
-        for i in range(0, len(keys), self.max_items):
-            resp = await self.etcd.txn([], [op_get(k) for k in keys[i : i + self.max_items]])
-            for r in resp.responses:
-                for kv in r.response_range.kvs:
-                    entry = self.due_entry(_kv_of(kv))
-                    views[entry.job_id].due.append(entry)
+        found = await self.etcd.get_many(list(dict.fromkeys(keys)), per_txn=self.max_items)
+        for kv in found:
+            if kv is not None:
+                entry = self.due_entry(kv)
+                views[entry.job_id].due.append(entry)
 
     async def get_runs(
         self, wanted: Iterable[tuple[str, int]]
@@ -172,12 +164,10 @@ class PartitionStore:
         """The live executions at these (job, scheduled) run keys, batched."""
         keys = [self.keys.run_key(self.partition, job, sched) for job, sched in wanted]
         out: dict[tuple[str, int], execution_pb2.Execution] = {}
-        for i in range(0, len(keys), self.max_items):
-            resp = await self.etcd.txn([], [op_get(k) for k in keys[i : i + self.max_items]])
-            for r in resp.responses:
-                for kv in r.response_range.kvs:
-                    ex = decode_execution(kv.value, kv.mod_revision)
-                    out[(ex.job_id, ex.scheduled_ms)] = ex
+        for kv in await self.etcd.get_many(keys, per_txn=self.max_items):
+            if kv is not None:
+                ex = decode_execution(kv.value, kv.mod_revision)
+                out[(ex.job_id, ex.scheduled_ms)] = ex
         return out
 
     # -- the fenced batch -------------------------------------------------------------------
