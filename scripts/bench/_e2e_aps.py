@@ -1,12 +1,15 @@
 """The APScheduler 3 baseline of the e2e benchmark, one workload per process.
 
-Run by ``e2e.py`` as ``python _e2e_aps.py KIND N SPREAD_S DURATION_S``; prints one JSON object
-(the result fields) as its last stdout line. The scheduler is what a Python user gets by default:
-``AsyncIOScheduler()`` with the memory job store, the asyncio executor and the default job
-options (``misfire_grace_time=1``, ``coalesce=False``, ``max_instances=1``); the job function is a
-no-op coroutine that records ``time.time_ns()`` when it starts. Fires APScheduler dropped (past
-the 1 s grace, or skipped for max_instances) are counted as ``lost``: it drops them with a log
-warning and nothing the application sees.
+Run by ``e2e.py`` as ``python _e2e_aps.py KIND N SPREAD_S DURATION_S [JITTER_MS]``; prints
+one JSON object (the result fields) as its last stdout line. The scheduler is what a Python
+user gets by default: ``AsyncIOScheduler()`` with the memory job store, the asyncio executor
+and the default job options (``misfire_grace_time=1``, ``coalesce=False``,
+``max_instances=1``); the job function is a no-op coroutine that records ``time.time_ns()``
+when it starts. Fires APScheduler dropped (past the 1 s grace, or skipped for max_instances)
+are counted as ``lost``: it drops them with a log warning and nothing the application sees.
+With JITTER_MS, spread jobs run at their second plus an offset in ``[0, JITTER_MS)`` and
+sustained jobs are per-second interval jobs each at its own phase of the second: the same
+shapes schedd gets from its jitter.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from apscheduler.events import (
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from schedd.schedule import jitter_offset_ms
 
 _MARGIN_S = 2.0
 _DRAIN_TIMEOUT_S = 180.0
@@ -61,8 +67,11 @@ async def _noop_probe(i: int) -> None:
 class Run:
     """One workload on one fresh scheduler."""
 
-    def __init__(self, kind: str, n: int, spread_s: float, duration_s: int) -> None:
+    def __init__(
+        self, kind: str, n: int, spread_s: float, duration_s: int, jitter_ms: int = 0
+    ) -> None:
         self.kind, self.n, self.spread_s, self.duration_s = kind, n, spread_s, duration_s
+        self.jitter_ms = jitter_ms
         self.starts: list[tuple[int, int]] = []  # (job index, start ns)
         self.executed: dict[str, list[float]] = {}  # job id -> scheduled ms, in run order
         self.dropped = 0
@@ -114,13 +123,22 @@ class Run:
             if self.kind == "burst":
                 trigger: Any = DateTrigger(run_date=_dt(t_ms))
             elif self.kind == "spread":
-                trigger = DateTrigger(
-                    run_date=_dt(t_ms + spread_offset_ms(i, self.n, self.spread_s))
+                trigger = DateTrigger(run_date=_dt(t_ms + self._offset_ms(i)))
+            elif self.jitter_ms:
+                # Per-second jobs, each at its own millisecond of the second (as schedd's jitter).
+                phase = jitter_offset_ms(f"aps-{i}", 0, self.jitter_ms)
+                trigger = IntervalTrigger(
+                    seconds=1, start_date=_dt(math.floor(t_ms / 1000.0) * 1000.0 + phase)
                 )
             else:
                 trigger = CronTrigger(second="*", timezone=UTC)
             ids.append(self.sched.add_job(self.job, trigger, args=(i,)).id)
         return ids
+
+    def _offset_ms(self, i: int) -> float:
+        """Job i of a spread: its second after T, plus its offset inside that second."""
+        second = spread_offset_ms(i, self.n, self.spread_s)
+        return second + jitter_offset_ms(f"aps-{i}", int(second), self.jitter_ms)
 
     async def _measure_once(self, t_ms: float) -> dict[str, Any]:
         deadline = (
@@ -136,10 +154,7 @@ class Run:
             ):
                 break
         spread = self.kind == "spread"
-        late = [
-            ns / 1e6 - t_ms - (spread_offset_ms(i, self.n, self.spread_s) if spread else 0.0)
-            for i, ns in self.starts
-        ]
+        late = [ns / 1e6 - t_ms - (self._offset_ms(i) if spread else 0.0) for i, ns in self.starts]
         seen = len({i for i, _ in self.starts})
         out: dict[str, Any] = dict(lateness_stats(late))
         out["fires_per_s"] = fires_per_s(
@@ -176,17 +191,20 @@ class Run:
 
 
 def main() -> None:
-    kind, n, spread_s, duration_s = (
+    kind, n, spread_s, duration_s, jitter_ms = (
         sys.argv[1],
         int(sys.argv[2]),
         float(sys.argv[3]),
         int(sys.argv[4]),
+        int(sys.argv[5]) if len(sys.argv) > 5 else 0,
     )
-    out = asyncio.run(Run(kind, n, spread_s, duration_s).run())
+    out = asyncio.run(Run(kind, n, spread_s, duration_s, jitter_ms).run())
     if out["add_overran_t"]:
         # Adding n jobs to the memory store is superlinear (a sorted list); redo the run with
         # T placed after the add time just measured, in a fresh scheduler.
-        out = asyncio.run(Run(kind, n, spread_s, duration_s).run(out["add_s"] * 1.3 + _MARGIN_S))
+        out = asyncio.run(
+            Run(kind, n, spread_s, duration_s, jitter_ms).run(out["add_s"] * 1.3 + _MARGIN_S)
+        )
     print(json.dumps(out), flush=True)
 
 

@@ -122,8 +122,9 @@ class EtcdProbe:
 class Cluster:
     """A fresh etcd, one node process and one worker process under ``root``."""
 
-    def __init__(self, root: Path, children: Children, capacity: int) -> None:
+    def __init__(self, root: Path, children: Children, capacity: int, jitter_ms: int = 0) -> None:
         self.root = root
+        self.jitter_ms = jitter_ms
         self.children = children
         self.capacity = capacity
         self.record = root / "starts.txt"
@@ -146,7 +147,7 @@ class Cluster:
              "--partitions", str(PARTITIONS)],
             self.root / "node.log",
         )  # fmt: skip
-        env = dict(os.environ, E2E_RECORD=str(self.record))
+        env = dict(os.environ, E2E_RECORD=str(self.record), E2E_JITTER_MS=str(self.jitter_ms))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
         self.worker = self.children.spawn(
             [str(SCHEDD_BIN), "--log-level", "warning", "worker", "--connect", self.address,

@@ -16,11 +16,18 @@ class Workload:
     Attributes:
         name: the result's ``workload`` field (``burst10k``, ``spread10k``, ``sustained2k`` ...).
         kind: ``burst`` (all n one-shot jobs due at the same second T), ``spread`` (n one-shot
-            jobs due over ``spread_s`` seconds from T, n / spread_s in each second) or
-            ``sustained`` (n per-second jobs, so n fires/s, measured over ``duration_s`` seconds).
+            jobs due over ``spread_s`` seconds from T, n / spread_s in each second, each at its
+            own millisecond inside its second) or ``sustained`` (n per-second jobs, so n
+            fires/s, each fire at its own millisecond inside its second, measured over
+            ``duration_s`` seconds).
         n: jobs.
         spread_s: the spread's length in seconds.
         duration_s: the sustained measurement window in seconds.
+        jitter_ms: spread and sustained jobs carry this jitter: schedd moves each fire by the
+            job's deterministic offset in ``[0, jitter_ms)`` (``schedd.schedule.
+            jitter_offset_ms``), which spreads one second's fires over that second, as a user
+            spreads a herd; APScheduler gets the same offsets as exact run times. Lateness
+            counts from the offset instant, the moment each system was asked to fire.
     """
 
     name: str
@@ -28,11 +35,16 @@ class Workload:
     n: int
     spread_s: float = 0.0
     duration_s: int = 0
+    jitter_ms: int = 0
 
     @property
     def expected(self) -> int:
         """Executions the workload should produce inside its measurement window."""
         return self.n * self.duration_s if self.kind == "sustained" else self.n
+
+
+#: Spread and sustained fires are spread over each second by a one-second jitter.
+SPREAD_JITTER_MS = 1000
 
 
 def _k(n: int) -> str:
@@ -49,11 +61,14 @@ def workloads(names: Sequence[str], quick: bool) -> list[Workload]:
             out.append(Workload(name, "burst", (quick_burst if quick else burst)[name]))
         elif name == "spread10k":
             n, secs = (2000, 2.0) if quick else (10_000, 10.0)
-            out.append(Workload(name, "spread", n, spread_s=secs))
+            out.append(Workload(name, "spread", n, spread_s=secs, jitter_ms=SPREAD_JITTER_MS))
         elif name == "sustained":
             rates, secs = ((200, 500), 5) if quick else ((1000, 2000, 5000), 15)
             out.extend(
-                Workload(f"sustained{_k(r)}", "sustained", r, duration_s=secs) for r in rates
+                Workload(
+                    f"sustained{_k(r)}", "sustained", r, duration_s=secs, jitter_ms=SPREAD_JITTER_MS
+                )
+                for r in rates
             )
         else:
             raise SystemExit(f"unknown workload {name!r}")
@@ -88,10 +103,10 @@ class Result:
 
 
 def spread_offset_ms(i: int, n: int, spread_s: float) -> float:
-    """When job ``i`` of a spread is due, after T: whole seconds, n / spread_s jobs in each.
+    """The whole second after T in which job ``i`` of a spread fires (n / spread_s per second).
 
-    Whole seconds because schedd's ``@at`` takes one-second instants; APScheduler gets the
-    identical shape so the two runs are the same workload.
+    ``@at`` takes whole seconds; the jitter (:attr:`Workload.jitter_ms`) then places each job at
+    its own millisecond inside that second.
     """
     per_s = math.ceil(n / spread_s)
     return float((i // per_s) * 1000)

@@ -1,8 +1,8 @@
 """The benchmark's worker-side module: a no-op handler that records when each execution started.
 
 Loaded by ``schedd worker --import _e2e_handlers`` (``scripts/bench`` on PYTHONPATH). The handler
-appends ``(execution_id, scheduled_ms, time.time_ns())`` to an in-memory list; a daemon thread
-moves the list to ``$E2E_RECORD`` every 100 ms as text lines ``ID SCHEDULED_MS START_NS``, and
+appends ``(execution_id, due_ms, time.time_ns())`` to an in-memory list; a daemon thread
+moves the list to ``$E2E_RECORD`` every 100 ms as text lines ``ID DUE_MS START_NS``, and
 an atexit hook writes what is left. The handler itself never touches the file, so recording costs
 one list append on the hot path, and the file is complete a moment after the last start even if
 the worker process is killed later (the benchmark reads it while the worker runs).
@@ -16,6 +16,8 @@ import os
 import threading
 import time
 from typing import Any
+
+from schedd.schedule import jitter_offset_ms
 
 _FLUSH_INTERVAL_S = 0.1
 
@@ -56,12 +58,17 @@ class StartRecorder:
         self.flush()
 
 
-def _scheduled_ms(ctx: Any) -> int:
-    ms = getattr(ctx, "scheduled_ms", None)
-    if ms:
-        return int(ms)
+#: The jitter the benchmark's jobs were created with (``E2E_JITTER_MS``): each execution is due
+#: at its scheduled fire plus the job's deterministic offset, and lateness counts from there.
+_JITTER_MS = int(os.environ.get("E2E_JITTER_MS", "0"))
+
+
+def _due_ms(ctx: Any) -> int:
+    """The instant the scheduler aimed at: the scheduled fire plus the job's jitter offset."""
     # The execution id is "{job_id}@{scheduled_ms}" (see schedd.store._keys.execution_id).
-    return int(str(ctx.execution_id).rpartition("@")[2])
+    job_id, _, sched = str(ctx.execution_id).rpartition("@")
+    ms = int(getattr(ctx, "scheduled_ms", 0) or sched)
+    return ms + jitter_offset_ms(job_id, ms, _JITTER_MS) if _JITTER_MS else ms
 
 
 def register(worker: Any) -> None:
@@ -70,4 +77,4 @@ def register(worker: Any) -> None:
 
     @worker.handler("noop")
     async def noop(ctx: Any, payload: Any) -> None:
-        recorder.record(ctx.execution_id, _scheduled_ms(ctx))
+        recorder.record(ctx.execution_id, _due_ms(ctx))

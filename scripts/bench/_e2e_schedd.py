@@ -42,12 +42,13 @@ def _at(ms: float) -> str:
     return "@at " + datetime.fromtimestamp(ms / 1000.0, UTC).isoformat(timespec="seconds")
 
 
-def _create(client: Client, schedules: list[str]) -> float:
+def _create(client: Client, schedules: list[str], jitter_ms: int = 0) -> float:
     """Creates one no-op job per schedule; returns the seconds it took."""
     t0 = time.monotonic()
+    jitter = f"{jitter_ms}ms" if jitter_ms else None
     for start in range(0, len(schedules), CHUNK):
         jobs = [
-            build_job(f"e2e-{start + i}", schedule=s, handler="noop", max_attempts=1)
+            build_job(f"e2e-{start + i}", schedule=s, handler="noop", max_attempts=1, jitter=jitter)
             for i, s in enumerate(schedules[start : start + CHUNK])
         ]
         for outcome in client.create_jobs(jobs):
@@ -63,6 +64,11 @@ def _wait_starts(log: StartLog, expected: int, deadline: float) -> int:
         seen = log.poll()
     time.sleep(0.3)  # the recorder flushes every 100 ms: let duplicates, if any, land too
     return log.poll()
+
+
+def _scheduled(execution_id: str) -> int:
+    """The scheduled fire of an execution (its id is ``{job_id}@{scheduled_ms}``)."""
+    return int(execution_id.rpartition("@")[2])
 
 
 def _sleep_until(wall_s: float) -> None:
@@ -84,7 +90,7 @@ def run_once(
 ) -> Result:
     """One workload (burst, spread or sustained) on a fresh cluster."""
     res = Result("schedd", w.name, w.n)
-    cluster = Cluster(root, children, capacity)
+    cluster = Cluster(root, children, capacity, jitter_ms=w.jitter_ms)
     probe = None
     try:
         cluster.start()
@@ -124,8 +130,8 @@ def _one_shot(
         spread_offset_ms(i, w.n, w.spread_s) if w.kind == "spread" else 0.0 for i in range(w.n)
     ]
     schedules = [_at(t_ms + off) for off in offsets]
-    last_ms = t_ms + max(offsets)
-    took = _create(client, schedules)
+    last_ms = t_ms + max(offsets) + w.jitter_ms
+    took = _create(client, schedules, w.jitter_ms)
     est.create_per_s = w.n / took
     res.extra["create_per_s"] = round(w.n / took, 0)
     if time.time() * 1000.0 > t_ms - 1000:
@@ -184,7 +190,7 @@ def _etcd_cost(
 def _sustained(
     w: Workload, client: Client, cluster: Cluster, probe: EtcdProbe, res: Result, est: Estimates
 ) -> None:
-    took = _create(client, ["* * * * * *"] * w.n)
+    took = _create(client, ["* * * * * *"] * w.n, w.jitter_ms)
     res.extra["create_per_s"] = round(w.n / took, 0)
     start_ms = (math.floor(time.time()) + 4) * 1000  # warm-up: a few seconds of firing first
     end_ms = start_ms + w.duration_s * 1000
@@ -202,14 +208,14 @@ def _sustained(
     deadline = time.monotonic() + 15.0
     while time.monotonic() < deadline:  # the window's last fires may still be arriving
         log.poll()
-        recs = [r for r in log.records() if start_ms <= r[1] < end_ms]
+        recs = [r for r in log.records() if start_ms <= _scheduled(r[0]) < end_ms]
         in_window = len({r[0] for r in recs})
         if in_window >= w.expected:
             break
         time.sleep(0.5)
     wait_t0 = time.time()
     durable = _poll_zero(probe, lambda: probe.runs_scheduled_before(end_ms), 30.0)
-    recs = [r for r in log.records() if start_ms <= r[1] < end_ms]
+    recs = [r for r in log.records() if start_ms <= _scheduled(r[0]) < end_ms]
     first: dict[str, tuple[int, int]] = {}
     for eid, ms, ns in recs:
         first.setdefault(eid, (ms, ns))

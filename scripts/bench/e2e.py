@@ -35,7 +35,8 @@ APS_SCRIPT = Path(__file__).resolve().parent / "_e2e_aps.py"
 def run_aps(w: Workload, log_path: Path) -> Result:
     """The baseline in its own interpreter, so each workload gets a fresh process and loop."""
     res = Result("apscheduler3", w.name, w.n)
-    args = [sys.executable, str(APS_SCRIPT), w.kind, str(w.n), str(w.spread_s), str(w.duration_s)]
+    args = [sys.executable, str(APS_SCRIPT), w.kind, str(w.n), str(w.spread_s), str(w.duration_s),
+            str(w.jitter_ms)]  # fmt: skip
     try:
         with open(log_path, "wb") as log:  # APScheduler logs a warning per dropped fire
             proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=log, timeout=400, check=True)

@@ -26,10 +26,10 @@ def add(r: PartitionRunner, due_ms: int, n: int) -> None:
         r.due[(due_ms, f"j{i:06d}")] = DueEntry(0, due_ms, f"j{i:06d}", "f", due_ms, 1)
 
 
-def test_trickle_uses_the_plain_lead() -> None:
+def test_trickle_uses_the_plain_lead_and_slice() -> None:
     r = runner(1_000_000)
     add(r, 1_000_000 + 10_000, 100)
-    assert r.claim_horizon(1_000_000) == 1_000_000 + r.config.lead_ms
+    assert r.claim_horizon(1_000_000) == 1_000_000 + r.config.lead_ms + r.config.claim_slice_ms
 
 
 def test_burst_is_claimed_early_enough_at_the_measured_rate() -> None:
@@ -39,7 +39,8 @@ def test_burst_is_claimed_early_enough_at_the_measured_rate() -> None:
     due = now + 20_000
     r.config = replace(r.config, claim_rate=4000.0)
     add(r, due, 40_000)  # 40k at 4000/s (x0.7) needs ~14.3 s: start claiming before due - 14.3 s
-    assert r.claim_horizon(now) == now + r.config.lead_ms  # 20 s away: not yet
+    plain = now + r.config.lead_ms + r.config.claim_slice_ms
+    assert r.claim_horizon(now) == plain  # 20 s away: not yet
     start = due - r.config.lead_ms - 14_000
     assert r.claim_horizon(start) >= due, "a burst this size must be claimed from now on"
     later_rate = runner(now)

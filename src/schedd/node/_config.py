@@ -25,8 +25,11 @@ class NodeConfig:
         lead_ms: L, how long before its fire an execution is claimed durably. Not a whole
             number of seconds on purpose: jobs aligned to seconds then become claimable
             between fire instants, so a burst of claim work never delays a burst of fires.
+        claim_slice_ms: a claim round takes every fire due up to ``now + lead_ms + claim_slice_ms``,
+            so fires spread over time (jitter) are claimed a slice at a time in one batch each,
+            not one transaction per fire.
         grace_ms: a fire later than this is a misfire, handled by the job's policy.
-        tick_ms: timer wheel tick.
+        tick_ms: timer wheel tick (a timer fires at the end of its tick: the lateness floor).
         session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
         max_clock_skew_ms: a node further than this from the cluster's median clock owns nothing.
         claim_batch: most due entries claimed in one round.
@@ -51,8 +54,9 @@ class NodeConfig:
     data_dir: Path = Path(".schedd-node")
     window_ms: int = 60_000
     lead_ms: int = 1_500
+    claim_slice_ms: int = 500
     grace_ms: int = 1_000
-    tick_ms: int = 10
+    tick_ms: int = 1
     session_ttl_s: int = 5
     max_clock_skew_ms: int = 500
     claim_batch: int = 4096
