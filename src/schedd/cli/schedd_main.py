@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from schedd._errors import SchedError
+from schedd._gc import tune_gc
 
 
 def _setup_logging(level: str) -> None:
@@ -125,6 +126,7 @@ def node(
     )
 
     async def run() -> None:
+        tune_gc()
         n = Node(cfg)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -168,6 +170,7 @@ def worker(
     """Run a worker with the handlers registered by the given modules."""
     from schedd.worker._cli import run_worker_from_cli
 
+    tune_gc()
     sys.exit(
         run_worker_from_cli(connect, list(queues), list(imports), worker_id, capacity, data_dir)
     )
