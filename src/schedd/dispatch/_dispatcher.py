@@ -313,6 +313,7 @@ class Dispatcher:
         lease = self.config.lease_timeout_ms
         active = [(r, [s for s in sessions if accepts(s.hello, r)]) for r in self._pending.routes()]
         active = [(r, el) for r, el in active if el]
+        used: set[WorkerSession] = set()
         while active:
             still: list[tuple[Any, list[WorkerSession]]] = []
             for route, eligible in active:
@@ -323,10 +324,15 @@ class Dispatcher:
                 if d is None:
                     continue
                 session.send_dispatch(d)
+                used.add(session)
                 self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, now + lease)
                 self._session_of[d.execution_id] = session
                 still.append((route, eligible))
             active = still
+        # A pass ends a batch of fires (a wheel bucket, a resubmission): send it now rather
+        # than after the flush interval, which only paces acks and cancels.
+        for session in used:
+            session.flush()
 
     async def _reap_loop(self) -> None:
         interval = max(1, self.config.reap_interval_ms) / 1000.0

@@ -217,14 +217,16 @@ class PartitionRunner:
             await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
 
     def claim_horizon(self, now: int) -> int:
-        """How far ahead to claim now: L, stretched ahead of bursts.
+        """How far ahead to claim now: L plus one claim slice, stretched ahead of bursts.
 
-        The lead L suffices for a steady trickle. For a burst (100k fires due at :00) claiming
-        takes longer than L at the rate etcd sustains, so the horizon extends to every point h
-        whose backlog (entries due up to h, at the measured claim rate) needs more time than
-        the slack before h: claims then start early enough to be durable by the fire.
+        A round is started when the earliest entry is L ahead and takes a slice beyond it, so
+        entries spread thin are claimed in batches. That suffices for a steady trickle. For a
+        burst (100k fires due at :00) claiming takes longer than L at the rate etcd sustains,
+        so the horizon extends to every point h whose backlog (entries due up to h, at the
+        measured claim rate) needs more time than the slack before h: claims then start early
+        enough to be durable by the fire.
         """
-        horizon = now + self.config.lead_ms
+        horizon = now + self.config.lead_ms + self.config.claim_slice_ms
         share = self.config.claim_rate / max(1, self.partitions_owned)
         rate_per_ms = max(min(self.claim_rate, share), 50.0) * 0.7 / 1000.0
         for seconds in range(1, self.config.window_ms // 1000 + 1):
