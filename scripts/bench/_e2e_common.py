@@ -70,6 +70,11 @@ def workloads(names: Sequence[str], quick: bool) -> list[Workload]:
                 )
                 for r in rates
             )
+        elif name.startswith("sustained") and name[9:-1].isdigit() and name.endswith("k"):
+            rate, secs = int(name[9:-1]) * 1000, 5 if quick else 15
+            out.append(
+                Workload(name, "sustained", rate, duration_s=secs, jitter_ms=SPREAD_JITTER_MS)
+            )
         else:
             raise SystemExit(f"unknown workload {name!r}")
     return out

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _e2e_common import Result, Workload, say, table_header, table_row, workloads
 
-ALL = "burst1k,burst10k,burst100k,spread10k,sustained"
+ALL = "burst1k,burst10k,burst100k,spread10k,sustained"  # or sustained3k: one rate
 APS_SCRIPT = Path(__file__).resolve().parent / "_e2e_aps.py"
 
 

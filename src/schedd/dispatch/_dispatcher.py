@@ -65,6 +65,11 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
+        # Results waiting to be settled, in arrival order; one settler drains them in batches.
+        self._unsettled: list[tuple[WorkerSession, list[worker_pb2.Result]]] = []
+        self._settle_wake: asyncio.Event | None = None
+        self._settler: asyncio.Task[None] | None = None
+        self._settling = False
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -131,9 +136,10 @@ class Dispatcher:
         return [s.status(self.node_id) for s in self._sessions.values() if not s.closed]
 
     async def start(self) -> None:
-        """Start the lease reaper."""
+        """Start the lease reaper and the result settler."""
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_loop(), name="schedd-dispatch-reaper")
+        self._ensure_settler()
         self._schedule_pump()
 
     async def close(self) -> None:
@@ -147,6 +153,14 @@ class Dispatcher:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)
             self._reaper = None
+        if self._settler is not None:
+            for _ in range(200):  # settle what arrived (up to 2 s): its acks go out first
+                if not self._unsettled and not self._settling:
+                    break
+                await asyncio.sleep(0.01)
+            self._settler.cancel()
+            await asyncio.gather(self._settler, return_exceptions=True)
+            self._settler = None
         for s in list(self._sessions.values()):
             s.end()
         if self._tasks:
@@ -211,7 +225,12 @@ class Dispatcher:
             self._spawn(self._report_lost(lost, REASON_DISCONNECTED))
 
     async def handle_batch(self, session: WorkerSession, batch: worker_pb2.WorkerBatch) -> None:
-        """Apply one WorkerBatch: credits, then started, heartbeats and results."""
+        """Apply one WorkerBatch: credits, then started, heartbeats and results.
+
+        Results are taken off the in-flight set here and settled by the settler task, so the
+        stream's reader goes on to the next batch (and its credits) while the settling writes
+        are in flight; results that arrive meanwhile are settled together in the next round.
+        """
         self.stats.worker_batches_received += 1
         if batch.credits < 0:
             raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
@@ -225,7 +244,7 @@ class Dispatcher:
         if batch.heartbeats:
             await self._handle_heartbeats(session, list(batch.heartbeats))
         if batch.results:
-            await self._handle_results(session, list(batch.results))
+            self._queue_results(session, list(batch.results))
 
     # ---- internals --------------------------------------------------------------------------
 
@@ -246,9 +265,7 @@ class Dispatcher:
             if flight is not None and flight.dispatch.fencing_token == token:
                 self._drop_in_flight(eid)
 
-    async def _handle_results(
-        self, session: WorkerSession, results: list[worker_pb2.Result]
-    ) -> None:
+    def _queue_results(self, session: WorkerSession, results: list[worker_pb2.Result]) -> None:
         self.stats.results_received += len(results)
         for r in results:
             flight = self._in_flight.get(r.execution_id)
@@ -258,9 +275,41 @@ class Dispatcher:
                 and self._session_of.get(r.execution_id) is session
             ):
                 self._drop_in_flight(r.execution_id)
-        acks = await self._call(
-            self._authority.on_results(session.worker_id, results), "on_results"
-        )
+        self._unsettled.append((session, results))
+        self._ensure_settler()
+        assert self._settle_wake is not None
+        self._settle_wake.set()
+
+    def _ensure_settler(self) -> None:
+        if self._settle_wake is None:
+            self._settle_wake = asyncio.Event()
+        if self._settler is None and not self._closed:
+            self._settler = asyncio.create_task(self._settle_loop(), name="schedd-settler")
+
+    async def _settle_loop(self) -> None:
+        """Settles queued results, everything queued at once per worker, one round at a time."""
+        wake = self._settle_wake
+        assert wake is not None
+        while True:
+            await wake.wait()
+            wake.clear()
+            self._settling = True
+            try:
+                while self._unsettled:
+                    queued, self._unsettled = self._unsettled, []
+                    by_worker: dict[str, list[tuple[WorkerSession, list[worker_pb2.Result]]]] = {}
+                    for session, results in queued:
+                        by_worker.setdefault(session.worker_id, []).append((session, results))
+                    for worker_id, parts in by_worker.items():
+                        await self._settle(worker_id, parts)
+            finally:
+                self._settling = False
+
+    async def _settle(
+        self, worker_id: str, parts: list[tuple[WorkerSession, list[worker_pb2.Result]]]
+    ) -> None:
+        results = [r for _, rs in parts for r in rs]
+        acks = await self._call(self._authority.on_results(worker_id, results), "on_results")
         if acks is None:
             acks = [
                 worker_pb2.ResultAck(
@@ -272,7 +321,17 @@ class Dispatcher:
                 )
                 for r in results
             ]
-        session.send_acks(acks)
+        if len(parts) == 1:
+            parts[0][0].send_acks(acks)
+            return
+        # Acks come in any order: each goes back on the stream its result came from.
+        origin = {(r.execution_id, r.fencing_token): s for s, rs in parts for r in rs}
+        by_session: dict[WorkerSession, list[worker_pb2.ResultAck]] = {}
+        for ack in acks:
+            session = origin.get((ack.execution_id, ack.fencing_token), parts[-1][0])
+            by_session.setdefault(session, []).append(ack)
+        for session, session_acks in by_session.items():
+            session.send_acks(session_acks)
 
     def _renew(self, session: WorkerSession, items: list[tuple[str, int]]) -> None:
         deadline = self._clock.now_ms() + self.config.lease_timeout_ms
