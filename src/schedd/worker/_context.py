@@ -32,11 +32,17 @@ def decode_payload(data: bytes) -> Any:
         return data
 
 
+#: One compact encoder for every value: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode_value(value: Any) -> bytes:
     """Bytes pass unchanged; anything else is JSON-encoded (TypeError if it cannot be)."""
+    if value is None:
+        return b"null"
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    return json.dumps(value, separators=(",", ":")).encode()
+    return _ENCODER.encode(value).encode()
 
 
 class Context:
@@ -49,12 +55,19 @@ class Context:
     """
 
     def __init__(
-        self, dispatch: worker_pb2.Dispatch, ledger: Ledger, beat: Callable[[], None]
+        self,
+        dispatch: worker_pb2.Dispatch,
+        ledger: Ledger,
+        beat: Callable[[], None] | None = None,
     ) -> None:
         self._dispatch = dispatch
         self._ledger = ledger
         self._beat = beat
-        self._cancelled = asyncio.Event()
+        self._cancelled = False
+        #: Made by the first wait_cancelled(): most attempts never wait, so never pay for one.
+        self._cancel_event: asyncio.Event | None = None
+        #: Called (on the loop) when the attempt is cancelled; the worker's running execution.
+        self._on_cancel: Callable[[], None] | None = None
         self.cancel_reason = ""
         self._pending_checkpoint: bytes | None = None
         self._saved_here = False
@@ -104,15 +117,20 @@ class Context:
     @property
     def cancelled(self) -> bool:
         """True once the node (or a shutdown) asked this attempt to stop."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     async def wait_cancelled(self) -> None:
         """Return when the attempt is cancelled."""
-        await self._cancelled.wait()
+        if self._cancelled:
+            return
+        if self._cancel_event is None:
+            self._cancel_event = asyncio.Event()
+        await self._cancel_event.wait()
 
     async def heartbeat(self) -> None:
         """Renew the lease now (heartbeats are also sent automatically every interval)."""
-        self._beat()
+        if self._beat is not None:
+            self._beat()
 
     def save_checkpoint(self, data: Any) -> None:
         """Store progress durably in the local RocksDB; it travels with the next heartbeat.
@@ -143,6 +161,12 @@ class Context:
         return data
 
     def cancel(self, reason: str) -> None:
-        if not self._cancelled.is_set():
-            self.cancel_reason = reason
-            self._cancelled.set()
+        """Mark the attempt cancelled (first reason wins), wake waiters, tell the worker."""
+        if self._cancelled:
+            return
+        self.cancel_reason = reason
+        self._cancelled = True
+        if self._cancel_event is not None:
+            self._cancel_event.set()
+        if self._on_cancel is not None:
+            self._on_cancel()

@@ -1,4 +1,11 @@
-"""Running one attempt: the handler call, its heartbeats, its deadline and its outcome."""
+"""Running one attempt: the handler call, its deadline, cancellation, heartbeats and outcome.
+
+The cost of an attempt is paid only as far as it goes. An async handler's first step runs at
+once (:class:`~schedd.worker._eager.EagerTask`); one that returns without suspending is settled
+on the spot: no deadline timer, no heartbeat timer, no cancel waiter, nothing scheduled on the
+loop. Only an attempt that suspends (every sync handler does: it runs in the thread pool) is
+:meth:`Execution.watch`-ed, which arms its deadline, heartbeats and cancellation.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from schedd._clock import Clock
 from schedd.v1 import worker_pb2
 from schedd.worker._connection import NodeConnection
 from schedd.worker._context import Context, PermanentError, decode_payload, encode_value
+from schedd.worker._eager import EagerTask
 
 log = logging.getLogger(__name__)
 
@@ -22,38 +29,19 @@ Handler = Callable[[Context, Any], Any]
 _CANCEL_GRACE_S = 5.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     code: int
     output: bytes = b""
     error: str = ""
 
 
-@dataclass
-class Execution:
-    """An attempt this worker is running; ``conn`` is where its messages go (it may move)."""
-
-    ctx: Context
-    conn: NodeConnection
-    task: asyncio.Task[None] | None = None
-    started_ms: int = 0
-
-    @property
-    def dispatch(self) -> worker_pb2.Dispatch:
-        return self.ctx._dispatch
-
-    def beat(self) -> None:
-        """Queue a heartbeat (with a pending checkpoint) on the current stream."""
-        d = self.dispatch
-        self.conn.add_heartbeat(d.execution_id, d.fencing_token, self.ctx.take_checkpoint())
-
-
 def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _settle(task: asyncio.Future[Any]) -> Outcome:
-    """The outcome of a finished handler task."""
+def settle(task: asyncio.Future[Any]) -> Outcome:
+    """The outcome of a finished handler task (or thread-pool future)."""
     if task.cancelled():
         return Outcome(worker_pb2.OUTCOME_CANCELLED, error="handler was cancelled")
     exc = task.exception()
@@ -67,16 +55,32 @@ def _settle(task: asyncio.Future[Any]) -> Outcome:
         return Outcome(worker_pb2.OUTCOME_FAILED, error=f"output is not JSON-encodable: {e}")
 
 
-async def invoke(
-    handler: Handler | None, ex: Execution, executor: Executor, clock: Clock
-) -> Outcome:
-    """Run the handler under the attempt's deadline and cancellation.
+@dataclass(frozen=True, slots=True)
+class RegisteredHandler:
+    """A handler and how it is called (decided once, at registration)."""
 
-    Contract: returns SUCCEEDED with the JSON-encoded return value; FAILED with
-    ``"Class: message"`` for an exception; FAILED_PERMANENT for PermanentError or an unknown
-    handler; TIMED_OUT when ``deadline_ms`` passes; CANCELLED when the context is cancelled.
-    A sync handler runs in ``executor``; when it times out or is cancelled its thread cannot be
-    stopped: it sees ``ctx.cancelled`` and its return value is discarded.
+    fn: Handler
+    is_async: bool
+
+    @classmethod
+    def of(cls, fn: Handler) -> RegisteredHandler:
+        return cls(fn, inspect.iscoroutinefunction(fn))
+
+
+def begin(
+    handler: RegisteredHandler | None,
+    ex: Execution,
+    now_ms: int,
+    loop: asyncio.AbstractEventLoop,
+    executor: Executor,
+) -> Outcome | asyncio.Future[Any]:
+    """Start the handler of ``ex``: its Outcome if it is already decided, else the future
+    (an eager task, or a thread-pool future) that is still running it.
+
+    Contract: FAILED_PERMANENT for an unknown handler; TIMED_OUT when ``deadline_ms`` passed
+    before the start; an async handler that returns or raises without suspending is settled
+    like a task (SUCCEEDED with its JSON-encoded value, FAILED ``"Class: message"``,
+    FAILED_PERMANENT for PermanentError, CANCELLED for CancelledError).
     """
     d = ex.dispatch
     if handler is None:
@@ -84,34 +88,147 @@ async def invoke(
         return Outcome(
             worker_pb2.OUTCOME_FAILED_PERMANENT, error=f"no handler named {what} on this worker"
         )
-    timeout: float | None = None
-    if d.deadline_ms:
-        timeout = (d.deadline_ms - clock.now_ms()) / 1000.0
-        if timeout <= 0:
-            return Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed before start")
+    if d.deadline_ms and d.deadline_ms <= now_ms:
+        return Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed before start")
     payload = decode_payload(d.payload)
-    inner: asyncio.Future[Any]
-    if inspect.iscoroutinefunction(handler):
-        inner = asyncio.ensure_future(handler(ex.ctx, payload))
-    else:
-        inner = asyncio.get_running_loop().run_in_executor(executor, handler, ex.ctx, payload)
-    cancelled = asyncio.ensure_future(ex.ctx.wait_cancelled())
+    if not handler.is_async:
+        return loop.run_in_executor(executor, handler.fn, ex.ctx, payload)
     try:
-        done, _ = await asyncio.wait(
-            {inner, cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        cancelled.cancel()
-    if inner in done:
-        return _settle(inner)
-    if cancelled in done:
-        outcome = Outcome(worker_pb2.OUTCOME_CANCELLED, error=ex.ctx.cancel_reason)
-    else:
-        ex.ctx.cancel("deadline passed")
-        outcome = Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed")
-    inner.cancel()
-    await asyncio.wait({inner}, timeout=_CANCEL_GRACE_S)
-    return outcome
+        coro = handler.fn(ex.ctx, payload)
+    except Exception as e:  # e.g. a signature that does not take (ctx, payload)
+        return Outcome(worker_pb2.OUTCOME_FAILED, error=_error_text(e))
+    task = EagerTask(coro, loop)
+    return settle(task) if task.done() else task
+
+
+class Execution:
+    """An attempt this worker is running; ``conn`` is where its messages go (it may move).
+
+    ``report`` is called exactly once with the attempt's Outcome, unless :meth:`abort` comes
+    first. An attempt whose handler suspended is :meth:`watch`-ed: from then on
+
+    * its deadline (``deadline_ms``) cancels the handler and decides TIMED_OUT;
+    * ``ctx.cancel(reason)`` (a Cancel from the node, a shutdown, a newer attempt) cancels the
+      handler and decides CANCELLED with that reason;
+    * either way the handler gets ``_CANCEL_GRACE_S`` to unwind; the decided outcome is
+      reported when it has (whatever it returned), or when the grace runs out;
+    * it heartbeats every ``beat_interval()`` seconds;
+    * ``finished`` resolves after the report.
+    """
+
+    __slots__ = (
+        "_beats",
+        "_deadline",
+        "_grace",
+        "_report",
+        "_reported",
+        "conn",
+        "ctx",
+        "finished",
+        "future",
+        "outcome",
+        "started_ms",
+    )
+
+    def __init__(
+        self, ctx: Context, conn: NodeConnection, report: Callable[[Execution, Outcome], None]
+    ) -> None:
+        self.ctx = ctx
+        self.conn = conn
+        self.started_ms = 0
+        #: The running handler (set by watch()).
+        self.future: asyncio.Future[Any] | None = None
+        #: Resolves once the result is reported (or the attempt aborted); set while it is
+        #: in the worker's running table.
+        self.finished: asyncio.Future[None] | None = None
+        #: Decided ahead of the handler's end by a deadline or a cancel.
+        self.outcome: Outcome | None = None
+        self._report = report
+        self._reported = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self._grace: asyncio.TimerHandle | None = None
+        self._beats: HeartbeatTimer | None = None
+
+    @property
+    def dispatch(self) -> worker_pb2.Dispatch:
+        return self.ctx._dispatch
+
+    @property
+    def done(self) -> bool:
+        """True once reported or aborted."""
+        return self._reported
+
+    def beat(self) -> None:
+        """Queue a heartbeat (with a pending checkpoint) on the current stream."""
+        d = self.dispatch
+        self.conn.add_heartbeat(d.execution_id, d.fencing_token, self.ctx.take_checkpoint())
+
+    def watch(
+        self, future: asyncio.Future[Any], now_ms: int, beat_interval: Callable[[], float]
+    ) -> None:
+        """Arm deadline, heartbeats and cancellation for a handler that is still running."""
+        loop = future.get_loop()
+        self.future = future
+        deadline_ms = self.dispatch.deadline_ms
+        if deadline_ms:
+            self._deadline = loop.call_later((deadline_ms - now_ms) / 1000.0, self._on_deadline)
+        self._beats = HeartbeatTimer(self, beat_interval)
+        self.ctx._on_cancel = self._on_cancel
+        future.add_done_callback(self._on_done)
+        if self.ctx.cancelled:  # the handler's first step saw a cancel coming in
+            self._on_cancel()
+
+    def finish(self, outcome: Outcome) -> None:
+        """Report ``outcome`` now (once), disarming every timer."""
+        if self._reported:
+            return
+        self._reported = True
+        self._disarm()
+        self._report(self, outcome)
+
+    def abort(self) -> None:
+        """Drop the attempt without a report: cancel the handler, disarm the timers."""
+        if self._reported:
+            return
+        self._reported = True
+        self._disarm()
+        if self.future is not None:
+            self.future.cancel()
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_result(None)
+
+    def _disarm(self) -> None:
+        self.ctx._on_cancel = None
+        if self._beats is not None:
+            self._beats.stop()
+        for handle in (self._deadline, self._grace):
+            if handle is not None:
+                handle.cancel()
+
+    def _on_done(self, future: asyncio.Future[Any]) -> None:
+        self.finish(self.outcome if self.outcome is not None else settle(future))
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self.outcome is None and self.future is not None and not self.future.done():
+            self.outcome = Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed")
+            self.ctx.cancel("deadline passed")
+            self._interrupt()
+
+    def _on_cancel(self) -> None:
+        if self.future is None or self.future.done() or self._reported:
+            return  # finished meanwhile: its own outcome stands
+        if self.outcome is None:
+            self.outcome = Outcome(worker_pb2.OUTCOME_CANCELLED, error=self.ctx.cancel_reason)
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        assert self.future is not None
+        self.future.cancel()
+        if self._grace is None and not self._reported:
+            outcome = self.outcome
+            assert outcome is not None
+            self._grace = self.future.get_loop().call_later(_CANCEL_GRACE_S, self.finish, outcome)
 
 
 class HeartbeatTimer:

@@ -20,7 +20,7 @@ from schedd._clock import Clock, SystemClock
 from schedd.v1 import worker_pb2
 from schedd.worker._connection import CreditPool, NodeConnection
 from schedd.worker._context import Context
-from schedd.worker._execution import Execution, Handler, HeartbeatTimer, invoke
+from schedd.worker._execution import Execution, Handler, Outcome, RegisteredHandler, begin
 from schedd.worker._ledger import DEFAULT_TTL_S, Ledger
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Worker:
         self._thread_pool_size = thread_pool_size
         self._ledger_ttl_s = ledger_ttl_s
         self._clock: Clock = clock or SystemClock()
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, RegisteredHandler] = {}
         self._running: dict[str, Execution] = {}
         self._conns: list[NodeConnection] = []
         self._stopped: asyncio.Event | None = None
@@ -109,7 +109,7 @@ class Worker:
             raise ValueError("handler name must not be empty")
         if name in self._handlers:
             raise ValueError(f"a handler named {name!r} is already registered")
-        self._handlers[name] = fn
+        self._handlers[name] = RegisteredHandler.of(fn)
 
     @property
     def handler_names(self) -> list[str]:
@@ -142,8 +142,8 @@ class Worker:
             for t in tasks:
                 t.cancel()
             for ex in list(self._running.values()):
-                if ex.task is not None:
-                    ex.task.cancel()
+                ex.abort()
+            self._running.clear()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._close()
 
@@ -153,11 +153,10 @@ class Worker:
         :meth:`run` returns once the results are sent."""
         self.pool.accepting = False
         if graceful and self._running:
-            pending = [ex.task for ex in self._running.values() if ex.task is not None]
-            await asyncio.wait(pending, timeout=self.shutdown_timeout_s)
+            await asyncio.wait(self._finished_futures(), timeout=self.shutdown_timeout_s)
         for ex in list(self._running.values()):
             ex.ctx.cancel(_SHUTDOWN_REASON)
-        left = [ex.task for ex in self._running.values() if ex.task is not None]
+        left = self._finished_futures()
         if left:
             await asyncio.wait(left, timeout=10.0)
         if self._stopped is not None:
@@ -268,43 +267,60 @@ class Worker:
     def _start(
         self, conn: NodeConnection, d: worker_pb2.Dispatch, previous: Execution | None
     ) -> None:
-        ctx = Context(d, self.ledger, beat=_no_beat)
-        ex = Execution(ctx, conn)
-        ctx._beat = ex.beat
+        ex = Execution(Context(d, self.ledger), conn, self._report)
+        ex.ctx._beat = ex.beat
         conn.running += 1
+        if previous is None or previous.done:
+            self._begin(ex)
+            return
+        # A newer attempt of what still runs here (superseded, so cancelled): start it once
+        # the older one has reported, so the two never run at once.
         self._running[d.execution_id] = ex
-        after = previous.task if previous is not None else None
-        ex.task = asyncio.create_task(
-            self._execute(ex, after), name=f"schedd-exec-{d.execution_id}"
-        )
+        ex.finished = asyncio.get_running_loop().create_future()
+        assert previous.finished is not None
+        previous.finished.add_done_callback(lambda _: self._begin(ex))
 
-    async def _execute(self, ex: Execution, after: asyncio.Task[None] | None) -> None:
-        try:
-            if after is not None:
-                await asyncio.wait({after})
-                self._running[ex.dispatch.execution_id] = ex
-            ex.started_ms = self._clock.now_ms()
-            d = ex.dispatch
-            ex.conn.add_started(d.execution_id, d.fencing_token, ex.started_ms)
-            beats = HeartbeatTimer(ex, lambda: self._beat_interval(ex))
-            assert self._executor is not None
-            try:
-                outcome = await invoke(
-                    self._handlers.get(d.handler), ex, self._executor, self._clock
-                )
-            finally:
-                beats.stop()
-            result = self._result(ex.dispatch, outcome.code, outcome.output, outcome.error)
-            result.started_ms = ex.started_ms
-            self.ledger.record(result)
-            ex.conn.add_result(result)
-            if not ex.conn.live:
-                self.ledger.flush()
-        finally:
-            if self._running.get(ex.dispatch.execution_id) is ex:
-                del self._running[ex.dispatch.execution_id]
-            ex.conn.running -= 1
-            self.pool.release()
+    def _begin(self, ex: Execution) -> None:
+        """Run the handler's first step now; only a handler that suspends is watched."""
+        if ex.done:  # aborted while waiting for an older attempt
+            return
+        d = ex.dispatch
+        now = self._clock.now_ms()
+        ex.started_ms = now
+        ex.conn.add_started(d.execution_id, d.fencing_token, now)
+        if ex.ctx.cancelled:  # cancelled while waiting for an older attempt
+            ex.finish(Outcome(worker_pb2.OUTCOME_CANCELLED, error=ex.ctx.cancel_reason))
+            return
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        started = begin(self._handlers.get(d.handler), ex, now, loop, self._executor)
+        if isinstance(started, Outcome):
+            ex.finish(started)
+            return
+        self._running[d.execution_id] = ex
+        if ex.finished is None:
+            ex.finished = loop.create_future()
+        ex.watch(started, now, lambda: self._beat_interval(ex))
+
+    def _report(self, ex: Execution, outcome: Outcome) -> None:
+        """Record the attempt's result in the ledger, then queue it on its stream."""
+        result = self._result(ex.dispatch, outcome.code, outcome.output, outcome.error)
+        result.started_ms = ex.started_ms
+        self.ledger.record(result)
+        conn = ex.conn
+        conn.add_result(result)
+        if not conn.live:
+            self.ledger.flush()
+        eid = result.execution_id
+        if self._running.get(eid) is ex:
+            del self._running[eid]
+        conn.running -= 1
+        self.pool.release()
+        if ex.finished is not None and not ex.finished.done():
+            ex.finished.set_result(None)
+
+    def _finished_futures(self) -> list[asyncio.Future[None]]:
+        return [ex.finished for ex in self._running.values() if ex.finished is not None]
 
     def _beat_interval(self, ex: Execution) -> float:
         if self._heartbeat_interval_s is not None:
@@ -324,10 +340,6 @@ class Worker:
             output=output,
             finished_ms=self._clock.now_ms(),
         )
-
-
-def _no_beat() -> None:
-    pass
 
 
 def _stable_worker_id(data_dir: Path) -> str:
