@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -44,6 +45,7 @@ class CreditPool:
         self.free = capacity
         self.accepting = True
         self._conns: list[NodeConnection] = []
+        self._held = 0
 
     def attach(self, conn: NodeConnection) -> None:
         self._conns.append(conn)
@@ -59,10 +61,29 @@ class CreditPool:
     def release(self) -> None:
         """An execution (or an unused dispatch credit) gave its slot back."""
         self.free += 1
-        self.distribute()
+        if not self._held:
+            self.distribute()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Collect the slots released inside the block and grant them once, at its end (a
+        NodeBatch of executions that finish at once gives one credit grant, not one each)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held:
+                self.distribute()
 
     def distribute(self) -> None:
-        while self.accepting and self.free > 0 and self._conns:
+        if not (self.accepting and self.free > 0 and self._conns):
+            return
+        if len(self._conns) == 1:
+            self._conns[0].grant(self.free)
+            self.free = 0
+            return
+        while self.free > 0:
             conn = min(self._conns, key=lambda c: c.unused + c.running)
             conn.grant(1)
             self.free -= 1
@@ -85,7 +106,7 @@ class NodeConnection:
         self.running = 0
         self.messages_received = 0
         self._worker = worker
-        self._batch = worker_pb2.WorkerBatch()
+        self._message, self._batch = _new_message()
         self._items = 0
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
@@ -110,6 +131,14 @@ class NodeConnection:
             hb.checkpoint = checkpoint
             hb.has_checkpoint = True
         self._added()
+
+    def new_result(self) -> worker_pb2.Result:
+        """A Result to fill in: already queued in the outgoing batch when the stream is live
+        (built in place, never copied), else a loose one (it stays in the ledger only)."""
+        if not self.live:
+            return worker_pb2.Result()
+        self._added()
+        return self._batch.results.add()
 
     def add_result(self, result: worker_pb2.Result) -> None:
         if not self.live:
@@ -137,8 +166,8 @@ class NodeConnection:
             self._timer = None
         if not self._items and not self._batch.credits:
             return None
-        msg = worker_pb2.WorkerMessage(batch=self._batch)
-        self._batch = worker_pb2.WorkerBatch()
+        msg = self._message
+        self._message, self._batch = _new_message()
         self._items = 0
         return msg
 
@@ -186,7 +215,7 @@ class NodeConnection:
                 self._worker.pool.detach(self)
                 writer.cancel()
                 await asyncio.gather(writer, return_exceptions=True)
-                self._batch = worker_pb2.WorkerBatch()
+                self._message, self._batch = _new_message()
                 self._items = 0
                 call.cancel()
             return True
@@ -216,6 +245,14 @@ class NodeConnection:
             if self._closing.is_set():
                 await call.done_writing()
                 return
+
+
+def _new_message() -> tuple[worker_pb2.WorkerMessage, worker_pb2.WorkerBatch]:
+    """A WorkerMessage and its batch, filled in place (wrapping it later would copy it)."""
+    msg = worker_pb2.WorkerMessage()
+    batch = msg.batch
+    batch.SetInParent()
+    return msg, batch
 
 
 def _describe(e: BaseException) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,6 +20,10 @@ class PermanentError(SchedError):
     """Raise from a handler to fail the execution with no retry (OUTCOME_FAILED_PERMANENT)."""
 
 
+_DECODER = json.JSONDecoder()
+_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32 LE starts as 16 LE
+
+
 def decode_payload(data: bytes) -> Any:
     """JSON-decode ``data`` when it parses as UTF-8 JSON, else return the bytes unchanged.
 
@@ -27,7 +32,10 @@ def decode_payload(data: bytes) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
+        if data.startswith(_BOMS) or 0 in data[:4]:  # UTF-8 with a BOM, UTF-16 or UTF-32
+            return json.loads(data)
+        # What json.loads does for bytes it detects as UTF-8, without the detection.
+        return _DECODER.decode(data.decode("utf-8", "surrogatepass"))
     except (UnicodeDecodeError, ValueError):
         return data
 

@@ -198,7 +198,10 @@ class Execution:
             self.finished.set_result(None)
 
     def _disarm(self) -> None:
+        # Also breaks the ex -> ctx -> ex.beat cycle, so an attempt is freed by refcount
+        # when it ends, not by the cyclic GC (which 100k live cycles make slow and frequent).
         self.ctx._on_cancel = None
+        self.ctx._beat = None
         if self._beats is not None:
             self._beats.stop()
         for handle in (self._deadline, self._grace):

@@ -217,9 +217,12 @@ class Worker:
                     ack.code,
                     ack.message,
                 )
-        for d in batch.dispatches:
-            conn.unused -= 1
-            self._on_dispatch(conn, d)
+        dispatches = batch.dispatches
+        if dispatches:
+            conn.unused -= len(dispatches)
+            with self.pool.holding():
+                for d in dispatches:
+                    self._on_dispatch(conn, d)
 
     def _on_dispatch(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
         if not self.pool.accepting:
@@ -304,14 +307,22 @@ class Worker:
 
     def _report(self, ex: Execution, outcome: Outcome) -> None:
         """Record the attempt's result in the ledger, then queue it on its stream."""
-        result = self._result(ex.dispatch, outcome.code, outcome.output, outcome.error)
-        result.started_ms = ex.started_ms
-        self.ledger.record(result)
         conn = ex.conn
-        conn.add_result(result)
+        d = ex.dispatch
+        result = conn.new_result()
+        result.execution_id = eid = d.execution_id
+        result.fencing_token = d.fencing_token
+        result.attempt = d.attempt
+        result.outcome = outcome.code  # type: ignore[assignment]
+        if outcome.error:
+            result.error = outcome.error
+        if outcome.output:
+            result.output = outcome.output
+        result.started_ms = ex.started_ms
+        result.finished_ms = self._clock.now_ms()
+        self.ledger.record(result)
         if not conn.live:
             self.ledger.flush()
-        eid = result.execution_id
         if self._running.get(eid) is ex:
             del self._running[eid]
         conn.running -= 1
