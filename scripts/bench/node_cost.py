@@ -1,0 +1,274 @@
+"""Micro-benchmark: node CPU per execution on the claim path and the result path.
+
+Run: ``.venv/bin/python scripts/bench/node_cost.py [--jobs 20000] [--rounds 3] [--profile]``.
+
+Starts a real etcd, creates ``--jobs`` ``@every 1h`` jobs in one partition, takes the partition's
+owner key, and drives a real :class:`PartitionStore` / :class:`PartitionRunner` claim path and
+the :class:`ExecutionManager` result path without workers: each round moves a manual clock to
+L before the next fire, claims every due entry (batched fenced txns, as the claim loop does),
+then settles one synthetic ``worker_pb2.Result`` per execution (``--result-batch`` a call, the
+tokens the claims minted) as the dispatcher would. Timings are per execution, per stage: process
+CPU (every thread of this process; etcd's own CPU is not counted) for the totals and the txns,
+the wall clock for the plain calls in between (pure CPU, and ~10x cheaper to read)::
+
+    plan        _plan_fire + the claim item (new_execution, compares and ops)
+    claim_txn   PartitionStore.apply* during claims (request build, gRPC, response decode)
+    claimed     _claimed minus prepare (arm: Live, wheel timer, next due entry)
+    prepare     ExecutionManager.prepare (the dispatch message, built at claim time)
+    decide      _decide (the result's final record and its finish item)
+    result_txn  PartitionStore.apply* during results
+    after       result_total minus the above (grouping, token checks, _after, acks)
+    history     History.record
+    claim_total / result_total / total   whole-path CPU, instrumentation included
+                (``--bare``: no stage timers, totals only)
+
+The first round also reads every job (``fetch``, not in the totals: steady state caches jobs).
+A table goes to stderr; the last stdout line is JSON (the median round per stage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from schedd._clock import ManualClock
+from schedd.dev import EtcdProcess
+from schedd.history import History
+from schedd.model import validate_new_job
+from schedd.node._config import NodeConfig
+from schedd.node._executions import ExecutionManager
+from schedd.node._partition import PartitionRunner
+from schedd.store._etcd import Etcd, EtcdConfig, cmp_create, op_put
+from schedd.store._jobs import JobStore
+from schedd.store._keys import Keys
+from schedd.store._owner import PartitionStore
+from schedd.v1 import job_pb2, worker_pb2
+
+STAGES = (
+    "plan",
+    "claim_txn",
+    "claimed",
+    "prepare",
+    "decide",
+    "result_txn",
+    "after",
+    "history",
+)
+
+
+class _Fence:
+    def __init__(self, partition: int, key: bytes, epoch: int) -> None:
+        self.partition, self.key, self.epoch = partition, key, epoch
+
+
+class Meter:
+    """CPU nanoseconds per stage; nested stages are subtracted from their parent."""
+
+    def __init__(self) -> None:
+        self.ns: dict[str, int] = dict.fromkeys(STAGES, 0)
+        self.phase = "claim"
+        self._stack: list[list[int]] = []
+
+    def wrap(self, obj: Any, name: str, stage: Callable[[], str] | str) -> None:
+        """Times calls of ``obj.name``: process CPU for coroutines (they wait on etcd), the
+        cheaper wall clock for plain calls (pure CPU; process_time costs ~0.5 us a call)."""
+        fn = getattr(obj, name)
+        meter = self
+
+        def pick() -> str:
+            return stage() if callable(stage) else stage
+
+        if asyncio.iscoroutinefunction(fn):
+
+            async def awrapped(*a: Any, **kw: Any) -> Any:
+                meter._stack.append([0])
+                t = time.process_time_ns()
+                try:
+                    return await fn(*a, **kw)
+                finally:
+                    meter._close(pick(), t, time.process_time_ns)
+
+            setattr(obj, name, awrapped)
+        else:
+
+            def wrapped(*a: Any, **kw: Any) -> Any:
+                meter._stack.append([0])
+                t = time.perf_counter_ns()
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    meter._close(pick(), t, time.perf_counter_ns)
+
+            setattr(obj, name, wrapped)
+
+    def _close(self, stage: str, t: int, now: Callable[[], int]) -> None:
+        spent = now() - t
+        inner = self._stack.pop()[0]
+        self.ns[stage] += spent - inner
+        if self._stack:
+            self._stack[-1][0] += spent
+
+
+async def _setup(etcd: Etcd, keys: Keys, n: int, now_ms: int, payload: bytes) -> tuple[_Fence, int]:
+    store = JobStore(etcd, keys, partitions=1)
+    jobs = []
+    for i in range(n):
+        spec = job_pb2.Job(
+            id=f"bench-{i:06d}",
+            tenant="acme",
+            name=f"report {i}",
+            schedule=job_pb2.Schedule(expr="@every 1h", timezone="UTC"),
+            handler=job_pb2.HandlerTarget(name="bench.noop", queue="bench"),
+            payload=payload,
+        )
+        jobs.append(validate_new_job(spec, now_ms=now_ms, id_factory=lambda: ""))
+    created = await store.create_jobs(jobs, now_ms)
+    bad = [c for c in created if not isinstance(c, tuple)]
+    if bad:
+        raise RuntimeError(f"create failed: {bad[0]}")
+    owner = keys.owner_key(0)
+    resp = await etcd.txn([cmp_create(owner, 0)], [op_put(owner, b"bench-node")])
+    assert resp.succeeded
+    kv = await etcd.get(owner)
+    assert kv is not None
+    return _Fence(0, owner, kv.create_revision), now_ms + 3_600_000
+
+
+async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict[str, float]]:
+    etcd = await Etcd.connect(EtcdConfig(endpoints=(endpoint,)))
+    keys = Keys(b"/bench/node_cost/")
+    created_ms = 1_700_000_000_000
+    fence, first_fire = await _setup(etcd, keys, args.jobs, created_ms, b'{"report":"daily"}')
+    config = NodeConfig(node_id="bench", partitions=1, data_dir=data)
+    clock = ManualClock(first_fire - config.lead_ms)
+    history = History(data / "history")
+    manager = ExecutionManager(config, clock, history, on_partition_lost=lambda p, r: None)
+    store = PartitionStore(etcd, keys, fence, max_items=config.txn_items)
+    runner = PartitionRunner(store, config, clock, history, manager)
+    manager.runners[0] = runner
+
+    meter = Meter()
+    if not args.bare:
+        meter.wrap(runner, "_plan_fire", "plan")
+        meter.wrap(runner, "_claimed", "claimed")
+        meter.wrap(manager, "prepare", "prepare")
+        meter.wrap(store, "apply", lambda: f"{meter.phase}_txn")
+        meter.wrap(manager, "_decide", "decide")
+        meter.wrap(history, "record", "history")
+
+    profiler = cProfile.Profile() if args.profile else None
+    rounds: list[dict[str, float]] = []
+    fire = first_fire
+    for rnd in range(args.rounds):
+        clock.set_ms(fire - config.lead_ms)
+        entries, _ = await store.load_due(fire)
+        assert len(entries) == args.jobs, (len(entries), args.jobs)
+        fetch_us = 0.0
+        if rnd == 0:
+            t = time.process_time_ns()
+            runner.jobs.update(await store.fetch_jobs([e.job_id for e in entries]))
+            fetch_us = (time.process_time_ns() - t) / 1000 / args.jobs
+        meter.ns = dict.fromkeys(STAGES, 0)
+        if profiler:
+            profiler.enable()
+
+        meter.phase = "claim"
+        t0, w0 = time.process_time_ns(), time.perf_counter()
+        for i in range(0, len(entries), config.claim_batch):
+            failed = await runner._claim(entries[i : i + config.claim_batch])
+            assert not failed, failed[:3]
+        claim_ns, claim_wall = time.process_time_ns() - t0, time.perf_counter() - w0
+        assert len(runner.live) == args.jobs
+
+        results = [
+            worker_pb2.Result(
+                execution_id=live.ex.id,
+                fencing_token=live.ex.fencing_token,
+                attempt=live.ex.attempt,
+                outcome=worker_pb2.OUTCOME_SUCCEEDED,
+                started_ms=fire,
+                finished_ms=fire + 5,
+                output=b'{"ok":true}',
+            )
+            for live in runner.live.values()
+        ]
+        clock.set_ms(fire + 10)
+        meter.phase = "result"
+        t1, w1 = time.process_time_ns(), time.perf_counter()
+        accepted = 0
+        for i in range(0, len(results), args.result_batch):
+            acks = await manager.on_results("bench-worker", results[i : i + args.result_batch])
+            accepted += sum(a.accepted for a in acks)
+        result_ns, result_wall = time.process_time_ns() - t1, time.perf_counter() - w1
+        if profiler:
+            profiler.disable()
+        assert accepted == args.jobs, accepted
+        assert not runner.live
+
+        n = args.jobs
+        row = {k: v / 1000 / n for k, v in meter.ns.items()}
+        if not args.bare:
+            row["after"] = (
+                (result_ns - meter.ns["decide"] - meter.ns["result_txn"] - meter.ns["history"])
+                / 1000
+                / n
+            )
+        row["claim_total"] = claim_ns / 1000 / n
+        row["result_total"] = result_ns / 1000 / n
+        row["total"] = row["claim_total"] + row["result_total"]
+        row["claim_wall_per_s"] = n / claim_wall
+        row["result_wall_per_s"] = n / result_wall
+        if fetch_us:
+            row["fetch"] = fetch_us
+        rounds.append(row)
+        fire += 3_600_000
+
+    history.close()
+    await etcd.close()
+    if profiler:
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        stats.sort_stats("tottime").print_stats(35)
+    return rounds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--result-batch", type=int, default=256)
+    parser.add_argument("--bare", action="store_true", help="totals only, no stage timers")
+    parser.add_argument("--profile", action="store_true", help="cProfile the rounds (stderr)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="schedd-node-cost-") as tmp:
+        etcd = EtcdProcess(Path(tmp) / "etcd", name="node-cost")
+        etcd.start()
+        try:
+            rounds = asyncio.run(_run(args, etcd.endpoint, Path(tmp) / "node"))
+        finally:
+            etcd.stop()
+    keys = [*STAGES, "claim_total", "result_total", "total"]
+    print(f"{'stage':<14}" + "".join(f"{'round ' + str(i):>10}" for i in range(len(rounds))),
+          file=sys.stderr)  # fmt: skip
+    for k in [*keys, "claim_wall_per_s", "result_wall_per_s"]:
+        cells = "".join(f"{r[k]:>10.1f}" for r in rounds)
+        print(f"{k:<14}{cells}", file=sys.stderr)
+    if "fetch" in rounds[0]:
+        print(f"{'fetch (r0)':<14}{rounds[0]['fetch']:>10.1f}", file=sys.stderr)
+    summary: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds, "unit": "us/execution"}
+    for k in [*keys, "claim_wall_per_s", "result_wall_per_s"]:
+        summary[k] = round(statistics.median(r[k] for r in rounds), 2)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
