@@ -127,6 +127,16 @@ class Etcd:
     def __init__(self, config: EtcdConfig, client: Etcd3Client) -> None:
         self.config = config
         self._client = client
+        # KV.Txn taking a request already serialized (see the wire builders below), on the
+        # client's own channel (same endpoints, balancing and TLS).
+        channel = getattr(client, "_channel", None)
+        self._txn_wire: Any = None
+        if channel is not None:
+            self._txn_wire = channel.unary_unary(
+                "/etcdserverpb.KV/Txn",
+                request_serializer=None,
+                response_deserializer=TxnResponse.FromString,
+            )
 
     @classmethod
     async def connect(cls, config: EtcdConfig) -> Etcd:
@@ -206,7 +216,7 @@ class Etcd:
         """The value of each key (None where absent), in order, many keys per round trip."""
         out: list[KeyValue | None] = []
         for i in range(0, len(keys), per_txn):
-            resp = await self.txn([], [op_get(k) for k in keys[i : i + per_txn]])
+            resp = await self.txn_wire(b"".join([w_get(k) for k in keys[i : i + per_txn]]))
             out += [
                 _kv(r.response_range.kvs[0]) if r.response_range.kvs else None
                 for r in resp.responses
@@ -239,6 +249,25 @@ class Etcd:
                 timeout=timeout_s or self.config.timeout_s,
                 max_attempts=1,
             )
+        except (EtcdError, grpc.aio.AioRpcError, TimeoutError) as exc:
+            raise _unavailable(exc, "txn") from exc
+
+    async def txn_wire(self, request: bytes, *, timeout_s: float | None = None) -> Any:
+        """One transaction given as a serialized ``TxnRequest`` (the ``w_*`` fields, joined).
+
+        The batched hot paths (claims, results) build their requests as bytes: far cheaper
+        than protobuf objects copied into nested messages. Sent once, like :meth:`txn`.
+        """
+        timeout = timeout_s or self.config.timeout_s
+        if self._client.kv is None:
+            raise Unavailable("etcd client is closed")
+        try:
+            if self._txn_wire is None:  # a client without a reachable channel: the slow way
+                req = rpc_pb2.TxnRequest.FromString(request)
+                return await self._kvs.txn(
+                    req.compare, req.success, req.failure, timeout=timeout, max_attempts=1
+                )
+            return await self._txn_wire(request, timeout=timeout)
         except (EtcdError, grpc.aio.AioRpcError, TimeoutError) as exc:
             raise _unavailable(exc, "txn") from exc
 
@@ -379,3 +408,74 @@ def op_txn(compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any
 def response_kvs(resp: Any, index: int) -> list[KeyValue]:
     """The kvs of the ``index``-th op's range response in a txn response."""
     return [_kv(k) for k in resp.responses[index].response_range.kvs]
+
+
+# -- the same, as wire bytes (pure) ------------------------------------------------------------
+#
+# Each ``w_*`` returns one field of a ``TxnRequest``, serialized exactly as protobuf would
+# (tests compare them byte for byte): ``w_cmp_*`` a ``compare`` entry, the others a ``success``
+# entry. A request is the concatenation of its fields, compares first; a nested transaction
+# (:func:`w_txn`) is a success entry holding such a concatenation. Fields are written in field
+# number order and zeros are left out, except inside the Compare ``target_union`` oneof.
+
+_LEN1 = [bytes((n,)) for n in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _LEN1[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, body: bytes) -> bytes:
+    """A length-delimited field: tag, length, body."""
+    n = len(body)
+    return tag + (_LEN1[n] if n < 0x80 else _varint(n)) + body
+
+
+def w_cmp_create(key: bytes, create_revision: int) -> bytes:
+    """Wire form of :func:`cmp_create`, as a ``TxnRequest.compare`` entry."""
+    # target=CREATE (2: 1), key (3), create_revision (5, in the oneof: written even when 0)
+    return _field(b"\x0a", _field(b"\x10\x01\x1a", key) + b"\x28" + _varint(create_revision))
+
+
+def w_cmp_mod(key: bytes, mod_revision: int) -> bytes:
+    """Wire form of :func:`cmp_mod`, as a ``TxnRequest.compare`` entry."""
+    # target=MOD (2: 2), key (3), mod_revision (6, in the oneof: written even when 0)
+    return _field(b"\x0a", _field(b"\x10\x02\x1a", key) + b"\x30" + _varint(mod_revision))
+
+
+def w_put(key: bytes, value: bytes, lease: int = 0) -> bytes:
+    """Wire form of :func:`op_put`, as a ``TxnRequest.success`` entry."""
+    put = _field(b"\x0a", key)
+    if value:
+        put += _field(b"\x12", value)
+    if lease:
+        put += b"\x18" + _varint(lease)
+    return _field(b"\x12", _field(b"\x12", put))  # success (2) <- RequestOp.request_put (2)
+
+
+def w_delete(key: bytes, end: bytes = b"") -> bytes:
+    """Wire form of :func:`op_delete`, as a ``TxnRequest.success`` entry."""
+    body = _field(b"\x0a", key)
+    if end:
+        body += _field(b"\x12", end)
+    return _field(b"\x12", _field(b"\x1a", body))  # <- RequestOp.request_delete_range (3)
+
+
+def w_get(key: bytes, end: bytes = b"") -> bytes:
+    """Wire form of :func:`op_get`, as a ``TxnRequest.success`` entry."""
+    body = _field(b"\x0a", key)
+    if end:
+        body += _field(b"\x12", end)
+    return _field(b"\x12", _field(b"\x0a", body))  # <- RequestOp.request_range (1)
+
+
+def w_txn(compares: Sequence[bytes], success: Sequence[bytes]) -> bytes:
+    """Wire form of :func:`op_txn` (no failure ops), as a ``TxnRequest.success`` entry."""
+    return _field(b"\x12", _field(b"\x22", b"".join(compares) + b"".join(success)))
