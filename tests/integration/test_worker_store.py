@@ -64,3 +64,18 @@ def test_fenced_store_refuses_stale_writers(tmp_path: Path) -> None:
         assert err.value.current == 7 and "invoice/1" in str(err.value)
         assert store.get("invoice/1") == b"v7" and store.token("invoice/1") == 7
         assert store.get("missing") is None and store.token("missing") is None
+
+
+def test_success_drops_a_checkpoint_saved_before_a_restart(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger")
+    ledger.save_checkpoint("e", b"progress")
+    ledger.save_checkpoint("failing", b"kept")
+    ledger.record(_result("x", worker_pb2.OUTCOME_SUCCEEDED, 5))  # a ledger key after C...
+    ledger.close()
+    reopened = Ledger(tmp_path / "ledger")
+    reopened.record(_result("e", worker_pb2.OUTCOME_SUCCEEDED, 6))
+    reopened.record(_result("failing", worker_pb2.OUTCOME_FAILED, 6))  # may be retried: kept
+    reopened.flush()
+    assert reopened.load_checkpoint("e") is None
+    assert reopened.load_checkpoint("failing") == b"kept"
+    reopened.close()

@@ -27,6 +27,7 @@ RECORDED_OUTCOMES = frozenset(
         worker_pb2.OUTCOME_TIMED_OUT,
     }
 )
+_DROP_CHECKPOINT = frozenset({worker_pb2.OUTCOME_SUCCEEDED, worker_pb2.OUTCOME_FAILED_PERMANENT})
 
 
 class Ledger:
@@ -43,6 +44,18 @@ class Ledger:
         self._lock = threading.Lock()
         self._buffer: dict[str, worker_pb2.Result] = {}
         self._closed = False
+        #: Executions with a stored checkpoint, so that a finished one deletes its checkpoint
+        #: only if it has one (a tombstone per success doubled the cost of a flush).
+        self._checkpointed = self._scan_checkpointed()
+
+    def _scan_checkpointed(self) -> set[str]:
+        found: set[str] = set()
+        for k in self._db.keys(from_key=_CHECKPOINT):
+            key = bytes(k)  # type: ignore[arg-type]
+            if not key.startswith(_CHECKPOINT):
+                break  # keys are sorted: the checkpoints are behind us
+            found.add(key[len(_CHECKPOINT) :].decode())
+        return found
 
     def record(self, result: worker_pb2.Result) -> None:
         """Remember a finished attempt (if its outcome is final; see RECORDED_OUTCOMES)."""
@@ -60,11 +73,9 @@ class Ledger:
             for eid, result in self._buffer.items():
                 key = eid.encode()
                 batch.put(_LEDGER + key, result.SerializeToString())
-                if result.outcome in (
-                    worker_pb2.OUTCOME_SUCCEEDED,
-                    worker_pb2.OUTCOME_FAILED_PERMANENT,
-                ):
+                if eid in self._checkpointed and result.outcome in _DROP_CHECKPOINT:
                     batch.delete(_CHECKPOINT + key)
+                    self._checkpointed.discard(eid)
             self._db.write(batch)
             self._buffer.clear()
 
@@ -84,6 +95,7 @@ class Ledger:
     def save_checkpoint(self, execution_id: str, data: bytes, now_ms: int = 0) -> None:
         with self._lock:
             self._db.put(_CHECKPOINT + execution_id.encode(), now_ms.to_bytes(8, "big") + data)
+            self._checkpointed.add(execution_id)
 
     def load_checkpoint(self, execution_id: str) -> bytes | None:
         with self._lock:
@@ -112,6 +124,8 @@ class Ledger:
                 batch = WriteBatch(raw_mode=True)
                 for key in doomed:
                     batch.delete(key)
+                    if key.startswith(_CHECKPOINT):
+                        self._checkpointed.discard(key[len(_CHECKPOINT) :].decode())
                 self._db.write(batch)
         return len(doomed)
 
