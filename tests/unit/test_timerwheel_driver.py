@@ -1,4 +1,4 @@
-"""WheelDriver on a ManualClock: batches, wake-up on an earlier add, stop, async callbacks."""
+"""WheelDriver on a ManualClock (once on the real clock): batches, earlier adds wake it, stop."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from schedd._clock import ManualClock
+from schedd._clock import ManualClock, SystemClock
 from schedd.timerwheel import TimerWheel, WheelDriver
 
 
@@ -140,3 +140,33 @@ async def test_stop_before_run_returns_immediately() -> None:
     driver: WheelDriver[str] = WheelDriver(TimerWheel(start_ms=0), ManualClock(0), print)
     driver.stop()
     await asyncio.wait_for(driver.run(), 1)
+
+
+async def test_system_clock_driver_sleeps_on_a_loop_timer_and_wakes_for_earlier_adds() -> None:
+    """The real clock takes the timer-future path: fires at or after expiry, in order, and an
+    earlier add cuts a long sleep short (bounded by wait_for, not by asserted timings)."""
+    clock = SystemClock()
+    fired: list[tuple[str, int]] = []
+    done = asyncio.Event()
+
+    def on_expired(batch: list[str]) -> None:
+        fired.extend((item, clock.now_ms()) for item in batch)
+        if len(fired) == 2:
+            done.set()
+
+    now = clock.now_ms()
+    driver: WheelDriver[str] = WheelDriver(
+        TimerWheel(tick_ms=1, start_ms=now), clock, on_expired, max_sleep_s=30.0
+    )
+    task = asyncio.create_task(driver.run())
+    late = driver.add(now + 20_000, "late")  # the driver now sleeps up to 20 s
+    await spin()
+    early_at = clock.now_ms() + 30
+    driver.add(early_at, "early")
+    driver.add(early_at + 10, "second")
+    driver.cancel(late)
+    await asyncio.wait_for(done.wait(), 5)
+    assert [item for item, _ in fired] == ["early", "second"]
+    assert fired[0][1] >= early_at and fired[1][1] >= early_at + 10
+    driver.stop()
+    await asyncio.wait_for(task, 1)

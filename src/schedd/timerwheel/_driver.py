@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from schedd._clock import Clock
+from schedd._clock import Clock, SystemClock
 from schedd.timerwheel._handle import TimerHandle
 from schedd.timerwheel._wheel import TimerWheel
 
@@ -92,9 +92,21 @@ class WheelDriver(Generic[T]):
         """Sleep ``seconds`` on the clock, or until woken by ``add``/``stop``."""
         if self._stopping:
             return
-        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
         self._wake = wake
         self._sleep_until = until_ms
+        if type(self._clock) is SystemClock:
+            # The common case, up to a thousand times a second per partition: a loop timer
+            # resolves the wake future, no sleeper task and no asyncio.wait.
+            timer = loop.call_later(max(0.0, seconds), _resolve, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                self._wake = None
+                self._sleep_until = None
+            return
         sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         try:
             await asyncio.wait((sleeper, wake), return_when=asyncio.FIRST_COMPLETED)
@@ -107,3 +119,8 @@ class WheelDriver(Generic[T]):
     def _wake_up(self) -> None:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
