@@ -13,6 +13,8 @@ The worker runs in a child process (this file with ``--child``), so node and wor
 core. Variants:
 
 * ``async``: a real :class:`schedd.worker.Worker` with a no-op ``async def`` handler;
+* ``suspend``: an async handler that suspends once (``await asyncio.sleep(0)``), so its
+  deadline, heartbeats and cancellation are armed as for any handler that awaits I/O;
 * ``sync``: the same with a no-op plain ``def`` handler (run in the worker's thread pool);
 * ``echo``: the floor, a bare grpc.aio client that answers each NodeBatch with one WorkerBatch
   carrying a Started and a Result per dispatch plus the credits back, no handler, no ledger.
@@ -54,7 +56,7 @@ import grpc.aio
 from schedd.v1 import worker_pb2, worker_pb2_grpc
 
 MAX_BATCH = 512
-VARIANTS = ("echo", "async", "sync")
+VARIANTS = ("echo", "async", "suspend", "sync")
 
 
 # ---- the node side (parent) ---------------------------------------------------------------------
@@ -316,6 +318,14 @@ def child_worker(args: argparse.Namespace) -> None:
             _ = ctx.execution_id
 
         worker.add_handler("noop", noop)
+    elif args.child == "suspend":
+
+        async def suspends(ctx: Context, payload: Any) -> None:
+            record(now_ns())
+            await asyncio.sleep(0)
+            _ = ctx.execution_id
+
+        worker.add_handler("noop", suspends)
     else:
 
         def noop_sync(ctx: Context, payload: Any) -> None:

@@ -299,3 +299,28 @@ async def test_credits_come_back_for_every_kind_of_end(
     pool = r.worker.pool
     await wait_for(lambda: pool.free + sum(c.unused for c in r.worker._conns) == 3, "credits")
     assert r.worker._running == {}
+
+
+async def test_a_sync_handler_cancelled_while_queued_never_runs(
+    make_node: NodeFactory, start_worker: WorkerFactory
+) -> None:
+    node = await make_node()
+    ran: list[str] = []
+
+    def blocking(ctx: Context, payload: Any) -> str:
+        ran.append(ctx.execution_id)
+        while payload == "hold" and not ctx.cancelled:
+            time.sleep(0.01)  # blocking work until told to stop
+        return ctx.execution_id
+
+    r = await start_worker(node, setup=lambda w: w.add_handler("b", blocking), thread_pool_size=1)
+    node.submit("first", handler="b", payload="hold", fencing_token=1)
+    node.submit("queued", handler="b", payload="go", fencing_token=1)
+    await wait_for(lambda: "queued" in r.worker._running and ran == ["first"], "both started")
+    assert node.dispatcher.cancel("queued", 1, "not needed")
+    assert (await _result(node, "queued")).outcome == worker_pb2.OUTCOME_CANCELLED
+    assert node.dispatcher.cancel("first", 1, "stop holding")
+    assert (await _result(node, "first")).outcome == worker_pb2.OUTCOME_CANCELLED
+    node.submit("after", handler="b", payload="go", fencing_token=1)
+    assert (await _result(node, "after")).outcome == worker_pb2.OUTCOME_SUCCEEDED
+    assert ran == ["first", "after"]

@@ -13,7 +13,6 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,8 @@ from schedd.v1 import worker_pb2
 from schedd.worker._connection import NodeConnection
 from schedd.worker._context import Context, PermanentError, decode_payload, encode_value
 from schedd.worker._eager import EagerTask
+from schedd.worker._threads import ThreadBridge
+from schedd.worker._timers import DeadlineQueue
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def begin(
     ex: Execution,
     now_ms: int,
     loop: asyncio.AbstractEventLoop,
-    executor: Executor,
+    threads: ThreadBridge,
 ) -> Outcome | asyncio.Future[Any]:
     """Start the handler of ``ex``: its Outcome if it is already decided, else the future
     (an eager task, or a thread-pool future) that is still running it.
@@ -92,7 +93,7 @@ def begin(
         return Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed before start")
     payload = decode_payload(d.payload)
     if not handler.is_async:
-        return loop.run_in_executor(executor, handler.fn, ex.ctx, payload)
+        return threads.submit(handler.fn, ex.ctx, payload)
     try:
         coro = handler.fn(ex.ctx, payload)
     except Exception as e:  # e.g. a signature that does not take (ctx, payload)
@@ -112,13 +113,13 @@ class Execution:
       handler and decides CANCELLED with that reason;
     * either way the handler gets ``_CANCEL_GRACE_S`` to unwind; the decided outcome is
       reported when it has (whatever it returned), or when the grace runs out;
-    * it heartbeats every ``beat_interval()`` seconds;
     * ``finished`` resolves after the report.
+
+    Heartbeats are the worker's (one ticker beats every watched attempt).
     """
 
     __slots__ = (
-        "_beats",
-        "_deadline",
+        "_deadlines",
         "_grace",
         "_report",
         "_reported",
@@ -145,9 +146,9 @@ class Execution:
         self.outcome: Outcome | None = None
         self._report = report
         self._reported = False
-        self._deadline: asyncio.TimerHandle | None = None
+        #: Where its deadline waits (while it does).
+        self._deadlines: DeadlineQueue | None = None
         self._grace: asyncio.TimerHandle | None = None
-        self._beats: HeartbeatTimer | None = None
 
     @property
     def dispatch(self) -> worker_pb2.Dispatch:
@@ -163,16 +164,13 @@ class Execution:
         d = self.dispatch
         self.conn.add_heartbeat(d.execution_id, d.fencing_token, self.ctx.take_checkpoint())
 
-    def watch(
-        self, future: asyncio.Future[Any], now_ms: int, beat_interval: Callable[[], float]
-    ) -> None:
-        """Arm deadline, heartbeats and cancellation for a handler that is still running."""
-        loop = future.get_loop()
+    def watch(self, future: asyncio.Future[Any], now_ms: int, deadlines: DeadlineQueue) -> None:
+        """Arm the deadline and cancellation of a handler that is still running."""
         self.future = future
         deadline_ms = self.dispatch.deadline_ms
         if deadline_ms:
-            self._deadline = loop.call_later((deadline_ms - now_ms) / 1000.0, self._on_deadline)
-        self._beats = HeartbeatTimer(self, beat_interval)
+            self._deadlines = deadlines
+            deadlines.add(future.get_loop().time() + (deadline_ms - now_ms) / 1000.0, self)
         self.ctx._on_cancel = self._on_cancel
         future.add_done_callback(self._on_done)
         if self.ctx.cancelled:  # the handler's first step saw a cancel coming in
@@ -202,17 +200,18 @@ class Execution:
         # when it ends, not by the cyclic GC (which 100k live cycles make slow and frequent).
         self.ctx._on_cancel = None
         self.ctx._beat = None
-        if self._beats is not None:
-            self._beats.stop()
-        for handle in (self._deadline, self._grace):
-            if handle is not None:
-                handle.cancel()
+        if self._deadlines is not None:
+            self._deadlines.forget()
+            self._deadlines = None
+        if self._grace is not None:
+            self._grace.cancel()
 
     def _on_done(self, future: asyncio.Future[Any]) -> None:
         self.finish(self.outcome if self.outcome is not None else settle(future))
 
-    def _on_deadline(self) -> None:
-        self._deadline = None
+    def expire(self) -> None:
+        """The deadline passed (called by the DeadlineQueue)."""
+        self._deadlines = None
         if self.outcome is None and self.future is not None and not self.future.done():
             self.outcome = Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed")
             self.ctx.cancel("deadline passed")
@@ -232,27 +231,3 @@ class Execution:
             outcome = self.outcome
             assert outcome is not None
             self._grace = self.future.get_loop().call_later(_CANCEL_GRACE_S, self.finish, outcome)
-
-
-class HeartbeatTimer:
-    """Heartbeats ``ex`` every ``interval_s()`` seconds until stopped (a timer, not a task:
-    executions are many and tasks are not free)."""
-
-    def __init__(self, ex: Execution, interval_s: Callable[[], float]) -> None:
-        self._ex = ex
-        self._interval_s = interval_s
-        self._loop = asyncio.get_running_loop()
-        self._handle: asyncio.TimerHandle | None = None
-        self._schedule()
-
-    def _schedule(self) -> None:
-        self._handle = self._loop.call_later(max(0.05, self._interval_s()), self._tick)
-
-    def _tick(self) -> None:
-        self._ex.beat()
-        self._schedule()
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None

@@ -22,6 +22,8 @@ from schedd.worker._connection import CreditPool, NodeConnection
 from schedd.worker._context import Context
 from schedd.worker._execution import Execution, Handler, Outcome, RegisteredHandler, begin
 from schedd.worker._ledger import DEFAULT_TTL_S, Ledger
+from schedd.worker._threads import ThreadBridge
+from schedd.worker._timers import DeadlineQueue, HeartbeatTicker
 
 log = logging.getLogger(__name__)
 _H = TypeVar("_H", bound=Handler)
@@ -89,6 +91,9 @@ class Worker:
         self._conns: list[NodeConnection] = []
         self._stopped: asyncio.Event | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._threads: ThreadBridge
+        self._deadlines: DeadlineQueue
+        self._beats: HeartbeatTicker
         self.pool = CreditPool(capacity)
         self.ledger: Ledger
 
@@ -130,6 +135,11 @@ class Worker:
         """Serve until :meth:`stop` has drained (or the task is cancelled: then everything
         running is cancelled without results, and the nodes see the streams break)."""
         self._open()
+        loop = asyncio.get_running_loop()
+        assert self._executor is not None
+        self._threads = ThreadBridge(loop, self._executor)
+        self._deadlines = DeadlineQueue(loop)
+        self._beats = HeartbeatTicker(loop, self._beating, self._beat_interval)
         self._stopped = asyncio.Event()
         self._conns = [NodeConnection(self, ep) for ep in self.endpoints]
         tasks = [
@@ -144,6 +154,8 @@ class Worker:
             for ex in list(self._running.values()):
                 ex.abort()
             self._running.clear()
+            self._deadlines.close()
+            self._beats.close()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._close()
 
@@ -294,16 +306,16 @@ class Worker:
         if ex.ctx.cancelled:  # cancelled while waiting for an older attempt
             ex.finish(Outcome(worker_pb2.OUTCOME_CANCELLED, error=ex.ctx.cancel_reason))
             return
-        assert self._executor is not None
         loop = asyncio.get_running_loop()
-        started = begin(self._handlers.get(d.handler), ex, now, loop, self._executor)
+        started = begin(self._handlers.get(d.handler), ex, now, loop, self._threads)
         if isinstance(started, Outcome):
             ex.finish(started)
             return
         self._running[d.execution_id] = ex
         if ex.finished is None:
             ex.finished = loop.create_future()
-        ex.watch(started, now, lambda: self._beat_interval(ex))
+        ex.watch(started, now, self._deadlines)
+        self._beats.wake()
 
     def _report(self, ex: Execution, outcome: Outcome) -> None:
         """Record the attempt's result in the ledger, then queue it on its stream."""
@@ -333,11 +345,16 @@ class Worker:
     def _finished_futures(self) -> list[asyncio.Future[None]]:
         return [ex.finished for ex in self._running.values() if ex.finished is not None]
 
-    def _beat_interval(self, ex: Execution) -> float:
+    def _beating(self) -> list[Callable[[], None]]:
+        """The heartbeats due at a tick: one per attempt whose handler runs."""
+        return [ex.beat for ex in self._running.values() if ex.future is not None]
+
+    def _beat_interval(self) -> float:
+        """``heartbeat_interval_s``, else the shortest interval a connected node asked for."""
         if self._heartbeat_interval_s is not None:
             return self._heartbeat_interval_s
-        welcome = ex.conn.welcome
-        return (welcome.heartbeat_interval_ms if welcome else 2000) / 1000.0
+        asked = [c.welcome.heartbeat_interval_ms for c in self._conns if c.welcome is not None]
+        return (min(asked) if asked else 2000) / 1000.0
 
     def _result(
         self, d: worker_pb2.Dispatch, outcome: int, output: bytes = b"", error: str = ""
