@@ -30,6 +30,7 @@ async def test_a_coroutine_that_returns_is_done_before_the_constructor_returns()
     outer = asyncio.current_task()
     task = _eager(handler())
     assert task.done() and task.result() == 42
+    assert task.returned_eagerly and task.eager_value == 42
     assert seen == [task]  # the handler ran as its own task ...
     assert asyncio.current_task() is outer  # ... and the caller's task is back
     assert task not in asyncio.all_tasks()
@@ -50,6 +51,7 @@ async def test_exceptions_and_cancellation_of_the_first_step() -> None:
 
     failed = _eager(fails())
     assert failed.done() and isinstance(failed.exception(), PermanentError)
+    assert not failed.returned_eagerly
     assert _eager(cancels()).cancelled()
     assert _eager(cancels_itself()).cancelled()  # as an asyncio.Task would end
 
@@ -67,7 +69,7 @@ async def test_a_coroutine_that_suspends_finishes_through_the_loop_as_the_same_t
         return value.upper()
 
     task = _eager(handler())
-    assert not task.done() and task in asyncio.all_tasks()
+    assert not task.done() and task in asyncio.all_tasks() and not task.returned_eagerly
     gate.set_result("ok")
     assert await task == "OK"
     assert seen == [task, task]

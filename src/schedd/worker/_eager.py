@@ -43,9 +43,15 @@ class EagerTask(_PyTask[Any]):
     """``asyncio.Task(coro)`` with its first step already run when the constructor returns.
 
     Check :meth:`done` right after construction: True means the coroutine finished (or raised)
-    without suspending. ``KeyboardInterrupt`` and ``SystemExit`` propagate from the constructor
-    (as they propagate out of a task's step).
+    without suspending; ``returned_eagerly`` then says it returned (its value is ``result()``).
+    ``KeyboardInterrupt`` and ``SystemExit`` propagate from the constructor (as they propagate
+    out of a task's step).
     """
+
+    #: True when the coroutine returned on the first step (not cancelled, nothing raised),
+    #: and what it returned: read without the future's result() machinery.
+    returned_eagerly = False
+    eager_value: Any = None
 
     # The attributes asyncio.Task.__init__ would set, as class defaults: cheaper to create.
     _num_cancels_requested = 0
@@ -76,6 +82,8 @@ class EagerTask(_PyTask[Any]):
                 _future_cancel(self, msg=self._cancel_message)
             else:
                 _future_set_result(self, e.value)
+                self.returned_eagerly = True
+                self.eager_value = e.value
         except asyncio.CancelledError as e:
             self._cancelled_exc = e
             _future_cancel(self)

@@ -50,8 +50,12 @@ def settle(task: asyncio.Future[Any]) -> Outcome:
         return Outcome(worker_pb2.OUTCOME_FAILED_PERMANENT, error=_error_text(exc))
     if exc is not None:
         return Outcome(worker_pb2.OUTCOME_FAILED, error=_error_text(exc))
+    return _succeeded(task.result())
+
+
+def _succeeded(value: Any) -> Outcome:
     try:
-        return Outcome(worker_pb2.OUTCOME_SUCCEEDED, output=encode_value(task.result()))
+        return Outcome(worker_pb2.OUTCOME_SUCCEEDED, output=encode_value(value))
     except (TypeError, ValueError) as e:
         return Outcome(worker_pb2.OUTCOME_FAILED, error=f"output is not JSON-encodable: {e}")
 
@@ -99,6 +103,8 @@ def begin(
     except Exception as e:  # e.g. a signature that does not take (ctx, payload)
         return Outcome(worker_pb2.OUTCOME_FAILED, error=_error_text(e))
     task = EagerTask(coro, loop)
+    if task.returned_eagerly:  # the common case, without settle()'s four future calls
+        return _succeeded(task.eager_value)
     return settle(task) if task.done() else task
 
 
