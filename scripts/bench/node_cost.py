@@ -17,10 +17,12 @@ the wall clock for the plain calls in between (pure CPU, and ~10x cheaper to rea
     prepare     ExecutionManager.prepare (the dispatch message, built at claim time)
     decide      _decide (the result's final record and its finish item)
     result_txn  PartitionStore.apply* during results
-    after       result_total minus the above (grouping, token checks, _after, acks)
+    after       result_total minus the above and GC (grouping, token checks, _after, acks)
     history     History.record
     claim_total / result_total / total   whole-path CPU, instrumentation included
                 (``--bare``: no stage timers, totals only)
+    gc          wall time in the cyclic GC (it runs inside whichever stage allocates): left out
+                of the stages, counted in the totals; gc_full: full collections in the round
 
 The first round also reads every job (``fetch``, not in the totals: steady state caches jobs).
 A table goes to stderr; the last stdout line is JSON (the median round per stage).
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import pstats
 import statistics
@@ -71,10 +74,29 @@ class _Fence:
         self.partition, self.key, self.epoch = partition, key, epoch
 
 
-class Meter:
-    """CPU nanoseconds per stage; nested stages are subtracted from their parent."""
+class GcMeter:
+    """Wall time inside the cyclic garbage collector (it runs inside whichever stage allocates)."""
 
     def __init__(self) -> None:
+        self.ns = 0
+        self.full = 0
+        self._t = 0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter_ns()
+        else:
+            self.ns += time.perf_counter_ns() - self._t
+            self.full += info["generation"] == 2
+
+
+class Meter:
+    """Nanoseconds per stage, GC pauses left out (``gc`` has them); nested stages are
+    subtracted from their parent."""
+
+    def __init__(self, gcm: GcMeter) -> None:
+        self.gcm = gcm
         self.ns: dict[str, int] = dict.fromkeys(STAGES, 0)
         self.phase = "claim"
         self._stack: list[list[int]] = []
@@ -91,7 +113,7 @@ class Meter:
         if asyncio.iscoroutinefunction(fn):
 
             async def awrapped(*a: Any, **kw: Any) -> Any:
-                meter._stack.append([0])
+                meter._stack.append([0, meter.gcm.ns])
                 t = time.process_time_ns()
                 try:
                     return await fn(*a, **kw)
@@ -102,7 +124,7 @@ class Meter:
         else:
 
             def wrapped(*a: Any, **kw: Any) -> Any:
-                meter._stack.append([0])
+                meter._stack.append([0, meter.gcm.ns])
                 t = time.perf_counter_ns()
                 try:
                     return fn(*a, **kw)
@@ -112,8 +134,8 @@ class Meter:
             setattr(obj, name, wrapped)
 
     def _close(self, stage: str, t: int, now: Callable[[], int]) -> None:
-        spent = now() - t
-        inner = self._stack.pop()[0]
+        inner, gc_at_start = self._stack.pop()
+        spent = now() - t - (self.gcm.ns - gc_at_start)
         self.ns[stage] += spent - inner
         if self._stack:
             self._stack[-1][0] += spent
@@ -157,7 +179,8 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
     runner = PartitionRunner(store, config, clock, history, manager)
     manager.runners[0] = runner
 
-    meter = Meter()
+    gcm = GcMeter()
+    meter = Meter(gcm)
     if not args.bare:
         meter.wrap(runner, "_plan_fire", "plan")
         meter.wrap(runner, "_claimed", "claimed")
@@ -179,6 +202,7 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
             runner.jobs.update(await store.fetch_jobs([e.job_id for e in entries]))
             fetch_us = (time.process_time_ns() - t) / 1000 / args.jobs
         meter.ns = dict.fromkeys(STAGES, 0)
+        gcm.ns = gcm.full = 0
         if profiler:
             profiler.enable()
 
@@ -204,12 +228,14 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
         ]
         clock.set_ms(fire + 10)
         meter.phase = "result"
+        gc_before_results = gcm.ns
         t1, w1 = time.process_time_ns(), time.perf_counter()
         accepted = 0
         for i in range(0, len(results), args.result_batch):
             acks = await manager.on_results("bench-worker", results[i : i + args.result_batch])
             accepted += sum(a.accepted for a in acks)
         result_ns, result_wall = time.process_time_ns() - t1, time.perf_counter() - w1
+        result_gc_ns = gcm.ns - gc_before_results
         if profiler:
             profiler.disable()
         assert accepted == args.jobs, accepted
@@ -218,11 +244,11 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
         n = args.jobs
         row = {k: v / 1000 / n for k, v in meter.ns.items()}
         if not args.bare:
-            row["after"] = (
-                (result_ns - meter.ns["decide"] - meter.ns["result_txn"] - meter.ns["history"])
-                / 1000
-                / n
-            )
+            # GC pauses of the result phase sit in the totals and in ``gc``, not in stages.
+            inside = meter.ns["decide"] + meter.ns["result_txn"] + meter.ns["history"]
+            row["after"] = (result_ns - result_gc_ns - inside) / 1000 / n
+        row["gc"] = gcm.ns / 1000 / n
+        row["gc_full"] = gcm.full
         row["claim_total"] = claim_ns / 1000 / n
         row["result_total"] = result_ns / 1000 / n
         row["total"] = row["claim_total"] + row["result_total"]
@@ -256,7 +282,7 @@ def main() -> None:
             rounds = asyncio.run(_run(args, etcd.endpoint, Path(tmp) / "node"))
         finally:
             etcd.stop()
-    keys = [*STAGES, "claim_total", "result_total", "total"]
+    keys = [*STAGES, "claim_total", "result_total", "total", "gc", "gc_full"]
     print(f"{'stage':<14}" + "".join(f"{'round ' + str(i):>10}" for i in range(len(rounds))),
           file=sys.stderr)  # fmt: skip
     for k in [*keys, "claim_wall_per_s", "result_wall_per_s"]:
