@@ -27,7 +27,7 @@ from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.node._executions import Live, Outcomes
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
-from schedd.store._jobs import new_execution
+from schedd.store._jobs import execution_from, execution_template, new_execution
 from schedd.store._owner import Item, JobView, PartitionStore
 from schedd.store._records import FIRE, DueEntry, JobState, StoredJob
 from schedd.timerwheel import TimerWheel, WheelDriver
@@ -42,7 +42,17 @@ _MISFIRE_MODES = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
+class _Compiled:
+    """What the claim path derives from one version of a job's spec, kept while it lasts."""
+
+    spec_revision: int
+    schedule: Schedule
+    #: The fields every first attempt shares; executions are copies of it.
+    template: execution_pb2.Execution
+
+
+@dataclass(slots=True)
 class _Claim:
     """A planned claim: the due entry, what the item writes, and what to do once it holds."""
 
@@ -72,7 +82,7 @@ class PartitionRunner:
         self.out = outcomes
         self.due: SortedDict = SortedDict()  # (due_ms, job_id) -> DueEntry
         self.jobs: dict[str, StoredJob] = {}
-        self._schedules: dict[tuple[str, int], Schedule] = {}
+        self._compiled: dict[str, _Compiled] = {}  # job id -> its current spec, compiled
         self.live: dict[str, Live] = {}
         self.window_end = 0
         self.wheel: TimerWheel[str] = TimerWheel(tick_ms=config.tick_ms, start_ms=clock.now_ms())
@@ -318,24 +328,31 @@ class PartitionRunner:
                 failed.append(claim.entry.job_id)
         return failed
 
-    def schedule_of(self, cached: StoredJob) -> Schedule:
-        key = (cached.job.id, cached.spec_revision)
-        sched = self._schedules.get(key)
-        if sched is None:
+    def _compile(self, cached: StoredJob) -> _Compiled:
+        """The job's schedule and execution template, parsed once per spec revision."""
+        job_id = cached.job.id
+        comp = self._compiled.get(job_id)
+        if comp is None or comp.spec_revision != cached.spec_revision:
             job = cached.job
             sched = parse_schedule(
                 job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms
             )
-            self._schedules[key] = sched
-        return sched
+            comp = _Compiled(cached.spec_revision, sched, execution_template(job, self.partition))
+            self._compiled[job_id] = comp
+        return comp
+
+    def schedule_of(self, cached: StoredJob) -> Schedule:
+        return self._compile(cached).schedule
 
     def _plan_fire(self, entry: DueEntry, cached: StoredJob, now: int) -> _Claim:
-        job, sched = cached.job, self.schedule_of(cached)
-        late = now - entry.due_ms > self.config.grace_ms
+        job, comp = cached.job, self._compile(cached)
+        sched = comp.schedule
         missed: list[execution_pb2.Execution] = []
-        if not late:
-            fires = [entry.scheduled_ms]
-            nxt = sched.next_fire(entry.scheduled_ms)
+        if now - entry.due_ms <= self.config.grace_ms:  # on time: the common case
+            f = entry.scheduled_ms
+            executions = [self._new_run(comp, job, f, now)]
+            last = f
+            nxt = sched.next_fire(f)
         else:
             plan = plan_misfires(
                 sched,
@@ -352,26 +369,24 @@ class PartitionRunner:
                 log.warning(
                     "job %s: %d more missed fires not recorded", job.id, plan.missed_not_listed
                 )
-        executions = []
-        for f in fires:
-            trigger = (
-                execution_pb2.TRIGGER_CATCH_UP
-                if now - f > self.config.grace_ms
-                else execution_pb2.TRIGGER_SCHEDULE
-            )
-            due = (
-                f + jitter_offset_ms(job.id, f, job.jitter_ms)
-                if trigger == execution_pb2.TRIGGER_SCHEDULE
-                else now
-            )
-            executions.append(new_execution(job, self.partition, f, due, trigger))
-        last = max([entry.scheduled_ms, *fires])
-        state = JobState(0, 0, last)
+            executions = [self._new_run(comp, job, f, now) for f in fires]
+            last = max([entry.scheduled_ms, *fires])
         if nxt is not None:
             due_next = nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms)
             state = JobState(due_next if due_next != entry.due_ms else due_next + 1, nxt, last)
+        else:
+            state = JobState(0, 0, last)
         item = self.store.claim_fire(cached, entry, executions, state)
         return _Claim(entry, item, executions, state, missed)
+
+    def _new_run(
+        self, comp: _Compiled, job: job_pb2.Job, fire_ms: int, now: int
+    ) -> execution_pb2.Execution:
+        """The first attempt for one fire: at its jittered time, or now (catch-up) when late."""
+        if now - fire_ms > self.config.grace_ms:
+            return execution_from(comp.template, fire_ms, now, execution_pb2.TRIGGER_CATCH_UP)
+        due = fire_ms + jitter_offset_ms(job.id, fire_ms, job.jitter_ms)
+        return execution_from(comp.template, fire_ms, due, execution_pb2.TRIGGER_SCHEDULE)
 
     def _missed(
         self, job: job_pb2.Job, fire_ms: int, reason: str, now: int
@@ -434,6 +449,7 @@ class PartitionRunner:
     def _reconcile_one(self, job_id: str, view: JobView) -> None:
         if view.cached is None:
             self.jobs.pop(job_id, None)
+            self._compiled.pop(job_id, None)
         else:
             self.jobs[job_id] = view.cached
         for e in view.due:

@@ -33,6 +33,7 @@ from schedd.store._etcd import (
     prefix_end,
 )
 from schedd.store._keys import Keys, parse_execution_id, partition_of
+from schedd.store._keys import execution_id as make_execution_id
 from schedd.store._records import (
     DueEntry,
     JobState,
@@ -482,15 +483,37 @@ class JobStore:
         return [kv] if kv else []
 
 
+def execution_template(job: job_pb2.Job, partition: int) -> execution_pb2.Execution:
+    """What every first attempt of ``job`` has in common (see :func:`execution_from`)."""
+    template = new_execution(job, partition, 0, 0, execution_pb2.TRIGGER_UNSPECIFIED)
+    template.ClearField("id")
+    return template
+
+
+def execution_from(
+    template: execution_pb2.Execution, scheduled_ms: int, due_ms: int, trigger: int
+) -> execution_pb2.Execution:
+    """:func:`new_execution` from the job's template: a copy and four fields (~3x cheaper)."""
+    ex = execution_pb2.Execution()
+    ex.CopyFrom(template)
+    ex.id = make_execution_id(template.job_id, scheduled_ms)
+    ex.scheduled_ms = scheduled_ms
+    ex.due_ms = due_ms
+    ex.trigger = trigger  # type: ignore[assignment]
+    return ex
+
+
 def new_execution(
-    job: job_pb2.Job, partition: int, scheduled_ms: int, due_ms: int, trigger: int
+    job: job_pb2.Job,
+    partition: int,
+    scheduled_ms: int,
+    due_ms: int,
+    trigger: int,
 ) -> execution_pb2.Execution:
     """A PENDING first attempt of ``job`` for the fire at ``scheduled_ms``."""
-    from schedd.store._keys import execution_id
-
     target = job.WhichOneof("target")
     return execution_pb2.Execution(
-        id=execution_id(job.id, scheduled_ms),
+        id=make_execution_id(job.id, scheduled_ms),
         job_id=job.id,
         tenant=job.tenant,
         scheduled_ms=scheduled_ms,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NewType, Protocol
 
 from schedd._errors import FencedOut
 from schedd.store._etcd import (
@@ -47,16 +47,14 @@ class FenceLike(Protocol):
     def epoch(self) -> int: ...
 
 
-@dataclass(slots=True)
-class Item:
-    """Compares and ops that must apply together for one job (a nested transaction).
+#: Compares and ops that must apply together for one job: a nested transaction, as the wire
+#: bytes of one ``success`` entry of the outer txn (:func:`~schedd.store._etcd.w_txn`). The
+#: owner builds thousands a second; bytes cost a fraction of protobuf messages.
+Item = NewType("Item", bytes)
 
-    Both are wire fields (:func:`~schedd.store._etcd.w_cmp_mod`, ``w_put``, ...): the owner
-    builds thousands a second, and bytes cost a fraction of protobuf messages.
-    """
 
-    compares: list[bytes] = field(default_factory=list)
-    ops: list[bytes] = field(default_factory=list)
+def _item(compares: Sequence[bytes], ops: Sequence[bytes]) -> Item:
+    return Item(w_txn(compares, ops))
 
 
 @dataclass
@@ -205,9 +203,7 @@ class PartitionStore:
         fence = w_cmp_create(self.fence.key, self.fence.epoch)
         for i in range(0, len(items), self.max_items):
             chunk = items[i : i + self.max_items]
-            resp = await self.etcd.txn_wire(
-                fence + b"".join([w_txn(it.compares, it.ops) for it in chunk])
-            )
+            resp = await self.etcd.txn_wire(fence + b"".join(chunk))
             if not resp.succeeded:
                 raise FencedOut(self.partition, self.fence.epoch)
             revision = int(resp.header.revision)
@@ -255,31 +251,32 @@ class PartitionStore:
         if next_state.due_ms:
             value = DueEntry.encode_value(FIRE, next_state.next_fire_ms)
             ops.append(w_put(self._due_key(next_state.due_ms, jid), value))
-        return Item(compares, ops)
+        return _item(compares, ops)
 
     def unclaim(self, cached: StoredJob, executions: Sequence[execution_pb2.Execution]) -> Item:
         """Undoes claims of schedule fires: deletes their runs, moves the due key back."""
         k, p, job_id = self.keys, self.partition, cached.job.id
         first = min(executions, key=lambda e: e.scheduled_ms)
-        item = Item([w_cmp_mod(k.state_key(job_id), cached.state_revision)], [])
+        compares = [w_cmp_mod(k.state_key(job_id), cached.state_revision)]
+        ops = []
         for ex in executions:
             run_key = k.run_key(p, job_id, ex.scheduled_ms)
-            item.compares.append(w_cmp_mod(run_key, ex.fencing_token))
-            item.ops.append(w_delete(run_key))
+            compares.append(w_cmp_mod(run_key, ex.fencing_token))
+            ops.append(w_delete(run_key))
         if cached.state.due_ms and cached.state.due_ms != first.due_ms:
-            item.ops.append(w_delete(k.due_key(p, cached.state.due_ms, job_id)))
+            ops.append(w_delete(k.due_key(p, cached.state.due_ms, job_id)))
         back = JobState(first.due_ms, first.scheduled_ms, cached.state.last_fire_ms)
         entry = DueEntry(p, first.due_ms, job_id, FIRE, first.scheduled_ms)
-        item.ops += [
+        ops += [
             w_put(k.due_key(p, first.due_ms, job_id), entry.encode()),
             w_put(k.state_key(job_id), back.encode()),
         ]
-        return item
+        return _item(compares, ops)
 
     def drop_due(self, entry: DueEntry) -> Item:
         """Removes a due entry that points at nothing (its job or execution is gone)."""
         due_key = self._due_key(entry.due_ms, entry.job_id.encode())
-        return Item([w_cmp_mod(due_key, entry.mod_revision)], [w_delete(due_key)])
+        return _item([w_cmp_mod(due_key, entry.mod_revision)], [w_delete(due_key)])
 
     def rewrite_run(
         self,
@@ -295,18 +292,16 @@ class PartitionStore:
         """
         jid = execution.job_id.encode()
         run_key = self._run_key(jid, execution.scheduled_ms)
-        item = Item(
-            [w_cmp_mod(run_key, execution.fencing_token)],
-            [w_put(run_key, encode_execution(execution))],
-        )
+        compares = [w_cmp_mod(run_key, execution.fencing_token)]
+        ops = [w_put(run_key, encode_execution(execution))]
         if consume is not None:
             due_key = self._due_key(consume.due_ms, jid)
-            item.compares.append(w_cmp_mod(due_key, consume.mod_revision))
-            item.ops.append(w_delete(due_key))
+            compares.append(w_cmp_mod(due_key, consume.mod_revision))
+            ops.append(w_delete(due_key))
         if add_due_ms:
             value = DueEntry.encode_value(RUN, execution.scheduled_ms)
-            item.ops.append(w_put(self._due_key(add_due_ms, jid), value))
-        return item
+            ops.append(w_put(self._due_key(add_due_ms, jid), value))
+        return _item(compares, ops)
 
     def finish_run(
         self,
@@ -319,8 +314,8 @@ class PartitionStore:
         ``dead_record`` (state DEAD) is written to the dead-letter queue in the same txn.
         """
         run_key = self._run_key(execution.job_id.encode(), execution.scheduled_ms)
-        item = Item([w_cmp_mod(run_key, execution.fencing_token)], [w_delete(run_key)])
+        ops = [w_delete(run_key)]
         if dead_record is not None:
             dlq = self.keys.dlq_key(execution.tenant, execution.job_id, execution.scheduled_ms)
-            item.ops.append(w_put(dlq, encode_execution(dead_record)))
-        return item
+            ops.append(w_put(dlq, encode_execution(dead_record)))
+        return _item([w_cmp_mod(run_key, execution.fencing_token)], ops)
