@@ -37,14 +37,18 @@ class History:
         self._db.close()
 
     def record(self, executions: Iterable[execution_pb2.Execution]) -> None:
+        """Writes these finished executions in one RocksDB write batch (none: no write)."""
         batch = WriteBatch(raw_mode=True)
+        put = batch.put
+        n = 0
         for ex in executions:
             eid = ex.id.encode()
-            batch.put(b"e/" + eid, ex.SerializeToString())
-            inv = _MAX_MS - ex.scheduled_ms
-            batch.put(b"j/" + ex.job_id.encode() + b"/%013d" % inv, eid)
-            batch.put(b"t/%013d/" % ex.finished_ms + eid, b"")
-        self._db.write(batch)
+            put(b"e/" + eid, ex.SerializeToString())
+            put(b"j/%s/%013d" % (ex.job_id.encode(), _MAX_MS - ex.scheduled_ms), eid)
+            put(b"t/%013d/%s" % (ex.finished_ms, eid), b"")
+            n += 1
+        if n:
+            self._db.write(batch)
 
     def get(self, execution_id: str) -> execution_pb2.Execution | None:
         raw = self._db.get(b"e/" + execution_id.encode())

@@ -55,12 +55,15 @@ class Outcomes(Protocol):
     def partition_lost(self, partition: int, reason: str) -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _Decision:
     live: Live
     result: worker_pb2.Result
     item: Item
-    final: execution_pb2.Execution | None = None  # set when the execution ends
+    final: execution_pb2.Execution | None = None  # the finished record, when built up front
+    # SUCCEEDED or CANCELLED: the record is ``live.ex`` itself, finished once the txn holds
+    # (no copy: the execution leaves memory then).
+    end_state: int = 0
     retry_due_ms: int = 0
     redeliver: bool = False
 
@@ -86,6 +89,7 @@ class ExecutionManager:
         self.rng = rng or random.Random()
         self.running: dict[str, set[str]] = {}  # job id -> dispatched execution ids
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
+        self._partition_of: dict[str, int] = {}  # job id -> partition (a SHA-1 each, else)
 
     def not_running(self, job_id: str, execution_id: str) -> None:
         """Forgets a dispatched execution of a job (and the job, when it has none left)."""
@@ -97,7 +101,12 @@ class ExecutionManager:
 
     def _runner_of(self, execution_id: str) -> PartitionRunner | None:
         job_id, _ = parse_execution_id(execution_id)
-        return self.runners.get(partition_of(job_id, self.config.partitions))
+        p = self._partition_of.get(job_id)
+        if p is None:
+            if len(self._partition_of) >= 1 << 17:
+                self._partition_of.clear()
+            p = self._partition_of[job_id] = partition_of(job_id, self.config.partitions)
+        return self.runners.get(p)
 
     # -- Outcomes (called by partition runners) -------------------------------------------------
 
@@ -312,7 +321,7 @@ class ExecutionManager:
                     )
                 )
                 continue
-            out.append((n, _ack(d.result, True, grpc.StatusCode.OK, "")))
+            out.append((n, _accepted(d.result)))
             self._after(runner, d, rev, finished, resend)
         self.history.record(finished)
         self._dispatch(runner, resend, now)
@@ -321,23 +330,19 @@ class ExecutionManager:
     def _decide(
         self, runner: PartitionRunner, live: Live, r: worker_pb2.Result, now: int
     ) -> _Decision:
-        ex = _copy(live.ex)
-        ex.finished_ms = r.finished_ms or now
-        ex.started_ms = r.started_ms or ex.started_ms
-        ex.error = r.error
         if r.outcome == worker_pb2.OUTCOME_SUCCEEDED:
-            ex.state = execution_pb2.EXECUTION_SUCCEEDED
-            ex.result = r.output
-            return _Decision(live, r, runner.store.finish_run(live.ex), final=ex)
-        if r.outcome == worker_pb2.OUTCOME_CANCELLED and not live.cancelling:
+            end = execution_pb2.EXECUTION_SUCCEEDED
+            return _Decision(live, r, runner.store.finish_run(live.ex), end_state=end)
+        if r.outcome == worker_pb2.OUTCOME_CANCELLED and live.cancelling:
+            end = execution_pb2.EXECUTION_CANCELLED
+            return _Decision(live, r, runner.store.finish_run(live.ex), end_state=end)
+        ex = _copy(live.ex)
+        _finish(ex, r, now)
+        if r.outcome == worker_pb2.OUTCOME_CANCELLED:
             # The worker shut down before finishing it: hand it out again, same attempt.
             ex.state = execution_pb2.EXECUTION_PENDING
             ex.worker_id = ""
             return _Decision(live, r, runner.store.rewrite_run(ex), redeliver=True)
-        if r.outcome == worker_pb2.OUTCOME_CANCELLED:
-            ex.state = execution_pb2.EXECUTION_CANCELLED
-            ex.reason = "cancelled by the overlap policy or an API change"
-            return _Decision(live, r, runner.store.finish_run(live.ex), final=ex)
         max_attempts = ex.max_attempts or 3
         if r.outcome in _FAILED and ex.attempt < max_attempts:
             return self._retry(runner, live, r, ex, now)
@@ -386,7 +391,16 @@ class ExecutionManager:
             resend.append(d.live)
             return
         runner.live.pop(eid, None)
-        if d.final is not None:
+        if d.end_state:
+            ex = d.live.ex
+            _finish(ex, d.result, self.clock.now_ms())
+            ex.state = d.end_state  # type: ignore[assignment]
+            if d.end_state == execution_pb2.EXECUTION_SUCCEEDED:
+                ex.result = d.result.output
+            else:
+                ex.reason = "cancelled by the overlap policy or an API change"
+            finished.append(ex)
+        elif d.final is not None:
             d.final.fencing_token = d.live.ex.fencing_token
             finished.append(d.final)
         if d.retry_due_ms and d.retry_due_ms <= runner.window_end:
@@ -441,10 +455,24 @@ class ExecutionManager:
         self._dispatch(runner, resend, self.clock.now_ms())
 
 
+def _finish(ex: execution_pb2.Execution, r: worker_pb2.Result, now: int) -> None:
+    """What every ended or redelivered attempt takes from the worker's result."""
+    ex.finished_ms = r.finished_ms or now
+    ex.started_ms = r.started_ms or ex.started_ms
+    ex.error = r.error
+
+
 def _copy(ex: execution_pb2.Execution) -> execution_pb2.Execution:
     out = execution_pb2.Execution()
     out.CopyFrom(ex)
     return out
+
+
+def _accepted(r: worker_pb2.Result) -> worker_pb2.ResultAck:
+    """``_ack(r, True, OK, "")``: code and message are their defaults."""
+    return worker_pb2.ResultAck(
+        execution_id=r.execution_id, fencing_token=r.fencing_token, accepted=True
+    )
 
 
 def _ack(
