@@ -179,6 +179,10 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
     runner = PartitionRunner(store, config, clock, history, manager)
     manager.runners[0] = runner
 
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 10)
     gcm = GcMeter()
     meter = Meter(gcm)
     if not args.bare:
@@ -272,6 +276,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--result-batch", type=int, default=256)
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() after setup and gen0 threshold 50k (what a node could do at start)",
+    )
     parser.add_argument("--bare", action="store_true", help="totals only, no stage timers")
     parser.add_argument("--profile", action="store_true", help="cProfile the rounds (stderr)")
     args = parser.parse_args()
