@@ -195,7 +195,9 @@ class Figures:
     worker_messages: int
 
 
-async def run_case(variant: str, n: int, capacity: int, tag: str, spy: str | None) -> Figures:
+async def run_case(
+    variant: str, n: int, capacity: int, tag: str, spy: str | None, tune_gc: bool
+) -> Figures:
     node = BenchNode()
     server = grpc.aio.server()
     worker_pb2_grpc.add_WorkerServicer_to_server(node, server)
@@ -218,6 +220,7 @@ async def run_case(variant: str, n: int, capacity: int, tag: str, spy: str | Non
             str(out),
             "--data-dir",
             str(Path(tmp) / "worker"),
+            *(["--tune-gc"] if tune_gc else []),
         ]
         proc = subprocess.Popen(cmd)
         spying = None
@@ -275,7 +278,9 @@ async def main_parent(args: argparse.Namespace) -> dict[str, Any]:
             reps = []
             for r in range(args.repeat):
                 spy = args.py_spy if variant != "echo" else None
-                reps.append(await run_case(variant, n, args.capacity, f"{variant}{r}", spy))
+                reps.append(
+                    await run_case(variant, n, args.capacity, f"{variant}{r}", spy, args.tune_gc)
+                )
             reps.sort(key=lambda f: f.all_results_s)
             table.append(reps[len(reps) // 2])
             f = table[-1]
@@ -297,6 +302,7 @@ async def main_parent(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "worker",
         "capacity": args.capacity,
         "repeat": args.repeat,
+        "tune_gc": args.tune_gc,
         "results": rows,
     }
 
@@ -333,6 +339,10 @@ def child_worker(args: argparse.Namespace) -> None:
             _ = ctx.execution_id
 
         worker.add_handler("noop", noop_sync)
+    if args.tune_gc:
+        from schedd._gc import tune_gc
+
+        tune_gc()  # what `schedd worker` does at start
     profile = os.environ.get("BENCH_WORKER_CPROFILE")
     if profile:
         import cProfile
@@ -406,6 +416,9 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--capacity", type=int, default=4096, help="the worker's capacity")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument(
+        "--tune-gc", action="store_true", help="the worker child tunes its GC as `schedd worker`"
+    )
     ap.add_argument("--py-spy", help="record the worker child with py-spy (raw) to this file")
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
