@@ -85,8 +85,9 @@ class Dispatcher:
         Never blocks. A dispatch for an execution already pending replaces it; one for an
         execution in flight replaces that too (its old worker gets a Cancel for the old token).
         """
+        in_flight = self._in_flight
         for d in dispatches:
-            old = self._drop_in_flight(d.execution_id)
+            old = self._drop_in_flight(d.execution_id) if in_flight else None
             if old is not None:
                 session, flight = old
                 if flight.dispatch.fencing_token != d.fencing_token:
@@ -372,6 +373,10 @@ class Dispatcher:
         lease = self.config.lease_timeout_ms
         active = [(r, [s for s in sessions if accepts(s.hello, r)]) for r in self._pending.routes()]
         active = [(r, el) for r, el in active if el]
+        if len(active) == 1 and len(active[0][1]) == 1:
+            # One route, one worker that may take it (a burst to one pool): no turns to take.
+            self._pump_one(active[0][0], active[0][1][0], now, lease)
+            return
         used: set[WorkerSession] = set()
         while active:
             still: list[tuple[Any, list[WorkerSession]]] = []
@@ -392,6 +397,20 @@ class Dispatcher:
         # than after the flush interval, which only paces acks and cancels.
         for session in used:
             session.flush()
+
+    def _pump_one(self, route: Any, session: WorkerSession, now: int, lease: int) -> None:
+        pop = self._pending.pop
+        in_flight, session_of = self._in_flight, self._session_of
+        worker_id, send = session.worker_id, session.send_dispatch
+        while session.credits > 0:
+            d = pop(route)
+            if d is None:
+                break
+            send(d)
+            eid = d.execution_id
+            in_flight[eid] = InFlight(d, worker_id, now, now + lease)
+            session_of[eid] = session
+        session.flush()
 
     async def _reap_loop(self) -> None:
         interval = max(1, self.config.reap_interval_ms) / 1000.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from schedd.v1 import job_pb2, worker_pb2
 
@@ -22,9 +22,11 @@ KIND_SHELL = "shell"
 KIND_UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class Route:
-    """Which workers may run a dispatch: ``kind`` is handler/http/shell, ``name`` the handler."""
+class Route(NamedTuple):
+    """Which workers may run a dispatch: ``kind`` is handler/http/shell, ``name`` the handler.
+
+    A tuple: built, hashed and compared once per dispatch, in C.
+    """
 
     queue: str
     kind: str

@@ -87,17 +87,42 @@ class ExecutionManager:
         self.dispatcher: Dispatcher | None = None
         self._on_partition_lost = on_partition_lost
         self.rng = rng or random.Random()
-        self.running: dict[str, set[str]] = {}  # job id -> dispatched execution ids
+        # job id -> its dispatched execution id, or a set of them when more than one runs
+        # (a str for the common single one: no container allocated per fire).
+        self.running: dict[str, str | set[str]] = {}
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
         self._partition_of: dict[str, int] = {}  # job id -> partition (a SHA-1 each, else)
 
     def not_running(self, job_id: str, execution_id: str) -> None:
         """Forgets a dispatched execution of a job (and the job, when it has none left)."""
         ids = self.running.get(job_id)
-        if ids is not None:
-            ids.discard(execution_id)
-            if not ids:
+        if ids is None:
+            return
+        if isinstance(ids, str):
+            if ids == execution_id:
                 del self.running[job_id]
+            return
+        ids.discard(execution_id)
+        if len(ids) == 1:
+            self.running[job_id] = next(iter(ids))
+        elif not ids:
+            del self.running[job_id]
+
+    def _mark_running(self, job_id: str, execution_id: str) -> None:
+        ids = self.running.get(job_id)
+        if ids is None or ids == execution_id:
+            self.running[job_id] = execution_id
+        elif isinstance(ids, str):
+            self.running[job_id] = {ids, execution_id}
+        else:
+            ids.add(execution_id)
+
+    def running_ids(self, job_id: str) -> list[str]:
+        """The dispatched, unfinished executions of a job."""
+        ids = self.running.get(job_id)
+        if ids is None:
+            return []
+        return [ids] if isinstance(ids, str) else list(ids)
 
     def _runner_of(self, execution_id: str) -> PartitionRunner | None:
         job_id, _ = parse_execution_id(execution_id)
@@ -122,10 +147,16 @@ class ExecutionManager:
         now = self.clock.now_ms()
         send: list[Live] = []
         skipped: list[Live] = []
+        running = self.running
         for live in lives:
-            cached = runner.jobs.get(live.ex.job_id)
+            job_id = live.ex.job_id
+            if job_id not in running:  # nothing of this job runs: every policy sends it
+                send.append(live)
+                continue
+            eid = live.ex.id
+            busy = [e for e in self.running_ids(job_id) if e != eid]
+            cached = runner.jobs.get(job_id)
             policy = cached.job.overlap if cached else job_pb2.OVERLAP_ALLOW
-            busy = [e for e in self.running.get(live.ex.job_id, ()) if e != live.ex.id]
             if not busy or policy in (job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED):
                 send.append(live)
             elif policy == job_pb2.OVERLAP_FORBID:
@@ -151,18 +182,25 @@ class ExecutionManager:
         if not lives or self.dispatcher is None:
             return
         out = []
+        running = self.running
+        dispatched = execution_pb2.EXECUTION_DISPATCHED
         for live in lives:
+            ex = live.ex
+            job_id = ex.job_id
             live.dispatched = True
             if live.buffered:
                 live.buffered = False
-                self.buffered.pop(live.ex.job_id, None)
-            live.ex.dispatched_ms = now
-            live.ex.state = execution_pb2.EXECUTION_DISPATCHED
-            self.running.setdefault(live.ex.job_id, set()).add(live.ex.id)
+                self.buffered.pop(job_id, None)
+            ex.dispatched_ms = now
+            ex.state = dispatched
+            if job_id in running:
+                self._mark_running(job_id, ex.id)
+            else:
+                running[job_id] = ex.id
             msg = live.message
-            if msg is None or msg.fencing_token != live.ex.fencing_token:
-                cached = runner.jobs.get(live.ex.job_id)
-                msg = self._dispatch_message(live.ex, cached.job if cached else None, now)
+            if msg is None or msg.fencing_token != ex.fencing_token:
+                cached = runner.jobs.get(job_id)
+                msg = self._dispatch_message(ex, cached.job if cached else None, now)
             live.message = None
             out.append(msg)
         self.dispatcher.submit(out)
@@ -410,7 +448,7 @@ class ExecutionManager:
             runner.due[(entry.due_ms, job_id)] = entry
             runner._wake.set()
         waiting = self.buffered.get(job_id)
-        if waiting is not None and not self.running.get(job_id) and waiting.ex.id in runner.live:
+        if waiting is not None and job_id not in self.running and waiting.ex.id in runner.live:
             resend.append(waiting)
 
     async def on_lost(self, lost: list[InFlight], reason: str) -> None:

@@ -1,0 +1,40 @@
+"""The node's index of dispatched executions per job (overlap policies read it; pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schedd._clock import ManualClock
+from schedd.node._config import NodeConfig
+from schedd.node._executions import ExecutionManager
+
+
+def manager() -> ExecutionManager:
+    cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"))
+    return ExecutionManager(cfg, ManualClock(0), history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+
+
+def test_one_then_many_then_none() -> None:
+    m = manager()
+    assert m.running_ids("j") == []
+    m._mark_running("j", "j@1")
+    m._mark_running("j", "j@1")  # the same execution again (a redelivery) stays one
+    assert m.running_ids("j") == ["j@1"]
+    m._mark_running("j", "j@2")
+    m._mark_running("j", "j@3")
+    assert sorted(m.running_ids("j")) == ["j@1", "j@2", "j@3"]
+    m.not_running("j", "j@2")
+    m.not_running("j", "j@9")  # unknown: no change
+    assert sorted(m.running_ids("j")) == ["j@1", "j@3"]
+    m.not_running("j", "j@1")
+    assert m.running_ids("j") == ["j@3"]
+    m.not_running("j", "j@3")
+    assert "j" not in m.running and m.running_ids("j") == []
+
+
+def test_forgetting_another_execution_keeps_the_single_one() -> None:
+    m = manager()
+    m._mark_running("j", "j@1")
+    m.not_running("j", "j@2")
+    m.not_running("other", "other@1")
+    assert m.running_ids("j") == ["j@1"]
