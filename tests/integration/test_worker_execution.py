@@ -36,6 +36,26 @@ async def _result(node: Node, eid: str) -> worker_pb2.Result:
     return node.authority.results_for(eid)[0]
 
 
+async def test_started_is_sent_while_a_handler_runs_and_folded_when_it_is_quick(
+    make_node: NodeFactory, start_worker: WorkerFactory
+) -> None:
+    node = await make_node()
+    gate = asyncio.Event()
+
+    async def slow(ctx: Context, payload: Any) -> Any:
+        await gate.wait()
+        return "done"
+
+    await start_worker(node, setup=lambda w: w.add_handler("slow", slow))
+    node.submit("e1", handler="slow", deadline_ms=_now_ms() + 60_000)
+    await wait_for(lambda: [s.execution_id for s in node.authority.started] == ["e1"], "Started")
+    assert node.authority.results_for("e1") == []  # Started left on its own, while it runs
+    gate.set()
+    res = await _result(node, "e1")
+    assert res.outcome == worker_pb2.OUTCOME_SUCCEEDED and res.started_ms > 0
+    assert [s.execution_id for s in node.authority.started] == ["e1"]  # not sent twice
+
+
 async def test_a_handler_that_never_suspends_is_settled_at_once(
     make_node: NodeFactory, start_worker: WorkerFactory
 ) -> None:
@@ -53,7 +73,8 @@ async def test_a_handler_that_never_suspends_is_settled_at_once(
     res = await _result(node, "e1")
     assert res.outcome == worker_pb2.OUTCOME_SUCCEEDED and json.loads(res.output) == {"got": [1, 2]}
     assert res.started_ms > 0 and res.finished_ms >= res.started_ms
-    assert [s.execution_id for s in node.authority.started] == ["e1"]
+    # Its Started would have left in the same batch as its Result: folded into the Result.
+    assert node.authority.started == []
     (task,) = tasks
     assert isinstance(task, EagerTask) and task.done()
     assert r.worker._running == {}

@@ -313,12 +313,15 @@ class ExecutionManager:
         for p, group in groups.items():
             runner = self.runners[p]
             async with runner._lock:
-                for n, ack in await self._apply_results(runner, group):
+                for n, ack in await self._apply_results(runner, group, worker_id):
                     acks[n] = ack
         return [acks[n] for n in range(len(results))]
 
     async def _apply_results(
-        self, runner: PartitionRunner, group: list[tuple[int, worker_pb2.Result]]
+        self,
+        runner: PartitionRunner,
+        group: list[tuple[int, worker_pb2.Result]],
+        worker_id: str,
     ) -> list[tuple[int, worker_pb2.ResultAck]]:
         now = self.clock.now_ms()
         out: list[tuple[int, worker_pb2.ResultAck]] = []
@@ -330,6 +333,8 @@ class ExecutionManager:
                 msg = f"token {r.fencing_token} is stale (current: {current or 'none'})"
                 out.append((n, _ack(r, False, grpc.StatusCode.FAILED_PRECONDITION, msg)))
                 continue
+            if not live.ex.worker_id:  # no Started came: it was folded into this Result
+                live.ex.worker_id = worker_id
             decisions.append((n, self._decide(runner, live, r, now)))
         if not decisions:
             return out

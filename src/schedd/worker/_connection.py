@@ -108,6 +108,9 @@ class NodeConnection:
         self._worker = worker
         self._message, self._batch = _new_message()
         self._items = 0
+        # Started notices not yet written: execution id -> (token, started ms). One whose
+        # Result leaves in the same batch is dropped (the Result says all it would).
+        self._started: dict[str, tuple[int, int]] = {}
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._closing = asyncio.Event()
@@ -120,9 +123,9 @@ class NodeConnection:
         self._added()
 
     def add_started(self, execution_id: str, token: int, started_ms: int) -> None:
-        self._batch.started.add(
-            execution_id=execution_id, fencing_token=token, started_ms=started_ms
-        )
+        if not self.live:
+            return
+        self._started[execution_id] = (token, started_ms)
         self._added()
 
     def add_heartbeat(self, execution_id: str, token: int, checkpoint: bytes | None) -> None:
@@ -166,6 +169,16 @@ class NodeConnection:
             self._timer = None
         if not self._items and not self._batch.credits:
             return None
+        started = self._started
+        if started:
+            batch = self._batch
+            if batch.results:
+                for r in batch.results:
+                    started.pop(r.execution_id, None)
+            add = batch.started.add
+            for eid, (token, ms) in started.items():
+                add(execution_id=eid, fencing_token=token, started_ms=ms)
+            started.clear()
         msg = self._message
         self._message, self._batch = _new_message()
         self._items = 0
@@ -217,6 +230,7 @@ class NodeConnection:
                 await asyncio.gather(writer, return_exceptions=True)
                 self._message, self._batch = _new_message()
                 self._items = 0
+                self._started.clear()
                 call.cancel()
             return True
 
