@@ -23,6 +23,7 @@ from sortedcontainers import SortedDict
 
 from schedd._clock import Clock
 from schedd._errors import FencedOut, SchedError
+from schedd._gc import freeze_survivors
 from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.node._executions import Live, Outcomes
@@ -34,6 +35,8 @@ from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, job_pb2
 
 log = logging.getLogger(__name__)
+#: A claim round this large makes enough long-lived objects to take them out of the GC's walk.
+_FREEZE_AFTER = 512
 
 _MISFIRE_MODES = {
     job_pb2.MISFIRE_CATCH_UP: "catch_up",
@@ -213,6 +216,8 @@ class PartitionRunner:
             async with self._lock:
                 failed = await self._claim(batch)
             self._observe_rate(len(batch), self.clock.monotonic() - started)
+            if len(batch) >= _FREEZE_AFTER:
+                freeze_survivors()  # they all live until their fire: see schedd._gc
             if failed:  # a concurrent API change: re-read those jobs, their entries come back
                 await self.reconcile(failed)
             return
@@ -261,6 +266,8 @@ class PartitionRunner:
         for e in entries:
             self.due.setdefault((e.due_ms, e.job_id), e)
         self.window_end = now + self.config.window_ms
+        if len(entries) >= _FREEZE_AFTER:
+            freeze_survivors()
 
     def _take_due(self, horizon_ms: int) -> list[DueEntry]:
         """Due entries up to the horizon, at most one per job (one txn cannot touch a key twice)."""
@@ -444,6 +451,8 @@ class PartitionRunner:
         for e in entries:
             if e.due_ms <= self.window_end:
                 self.due.setdefault((e.due_ms, e.job_id), e)
+        if len(entries) >= _FREEZE_AFTER:
+            freeze_survivors()
         self._wake.set()
 
     def _reconcile_one(self, job_id: str, view: JobView) -> None:
