@@ -30,6 +30,9 @@ class DispatchConfig:
         flush_interval_ms: A batch that is not full is sent at most this long after its first
             item was queued.
         reap_interval_ms: How often the reaper looks for expired leases (on the injected clock).
+        settle_defer_ms: While dispatches wait for credits of a connected worker that may take
+            them (a burst), results are settled at most this much later: dispatching goes
+            first, and the deferred results are then settled in one larger round.
     """
 
     heartbeat_interval_ms: int = 2000
@@ -37,6 +40,7 @@ class DispatchConfig:
     max_batch: int = 512
     flush_interval_ms: int = 2
     reap_interval_ms: int = 250
+    settle_defer_ms: int = 100
 
 
 @dataclass

@@ -291,11 +291,17 @@ class Dispatcher:
         """Settles queued results, everything queued at once per worker, one round at a time."""
         wake = self._settle_wake
         assert wake is not None
+        loop = asyncio.get_running_loop()
         while True:
             await wake.wait()
             wake.clear()
             self._settling = True
             try:
+                deadline = loop.time() + self.config.settle_defer_ms / 1000.0
+                # Polled, not an Event: "servable" depends on credits, sessions and routes,
+                # and the wait is bounded by settle_defer_ms anyway.
+                while self._servable_backlog() and loop.time() < deadline and not self._closed:  # noqa: ASYNC110
+                    await asyncio.sleep(0.002)
                 while self._unsettled:
                     queued, self._unsettled = self._unsettled, []
                     by_worker: dict[str, list[tuple[WorkerSession, list[worker_pb2.Result]]]] = {}
@@ -305,6 +311,13 @@ class Dispatcher:
                         await self._settle(worker_id, parts)
             finally:
                 self._settling = False
+
+    def _servable_backlog(self) -> bool:
+        """Dispatches wait that a connected worker may take once it grants credits."""
+        if not len(self._pending):
+            return False
+        live = [s.hello for s in self._sessions.values() if not s.closed]
+        return any(accepts(h, r) for r in self._pending.routes() for h in live)
 
     async def _settle(
         self, worker_id: str, parts: list[tuple[WorkerSession, list[worker_pb2.Result]]]

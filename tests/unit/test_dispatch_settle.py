@@ -1,0 +1,111 @@
+"""The dispatcher's result settler: batches what queued, and lets a dispatch backlog go first."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from schedd.dispatch import DispatchConfig, Dispatcher
+from schedd.v1 import worker_pb2
+
+
+class Authority:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.called = asyncio.Event()
+
+    async def on_started(self, worker_id: str, started: Any) -> None:
+        return None
+
+    async def on_heartbeats(self, worker_id: str, heartbeats: Any) -> list[str]:
+        return []
+
+    async def on_results(
+        self, worker_id: str, results: list[worker_pb2.Result]
+    ) -> list[worker_pb2.ResultAck]:
+        self.calls.append([r.execution_id for r in results])
+        self.called.set()
+        return [
+            worker_pb2.ResultAck(
+                execution_id=r.execution_id, fencing_token=r.fencing_token, accepted=True
+            )
+            for r in results
+        ]
+
+    async def on_lost(self, lost: Any, reason: str) -> None:
+        return None
+
+
+def _result(eid: str) -> worker_pb2.WorkerBatch:
+    return worker_pb2.WorkerBatch(
+        results=[worker_pb2.Result(execution_id=eid, fencing_token=1, attempt=1)]
+    )
+
+
+def _dispatch(eid: str) -> worker_pb2.Dispatch:
+    return worker_pb2.Dispatch(
+        execution_id=eid, job_id="j", fencing_token=1, queue="q", handler="h", attempt=1
+    )
+
+
+async def test_results_wait_while_a_worker_can_take_waiting_dispatches() -> None:
+    auth = Authority()
+    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=400))
+    await d.start()
+    session = d.open_session(
+        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=1)
+    )
+    try:
+        # No backlog: a result is settled at once (bounded by wait_for, not timed).
+        await d.handle_batch(session, _result("a"))
+        await asyncio.wait_for(auth.called.wait(), 5)
+        assert auth.calls == [["a"]]
+        auth.called.clear()
+        # Two dispatches wait for this worker's credits: results are held back...
+        d.submit([_dispatch("x"), _dispatch("y")])
+        await asyncio.sleep(0)
+        assert d.pending_count() == 2
+        await d.handle_batch(session, _result("b"))
+        await d.handle_batch(session, _result("c"))
+        await asyncio.sleep(0.1)
+        assert auth.calls == [["a"]]
+        # ...until the backlog drains (credits arrive): then both settle in one round.
+        await d.handle_batch(session, worker_pb2.WorkerBatch(credits=2))
+        await asyncio.wait_for(auth.called.wait(), 5)
+        assert auth.calls == [["a"], ["b", "c"]]
+        assert d.pending_count() == 0
+    finally:
+        await d.close()
+
+
+async def test_results_wait_no_longer_than_settle_defer_ms() -> None:
+    auth = Authority()
+    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=150))
+    await d.start()
+    session = d.open_session(
+        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=1)
+    )
+    try:
+        d.submit([_dispatch("x")])
+        await d.handle_batch(session, _result("b"))
+        await asyncio.wait_for(auth.called.wait(), 5)  # settled after the bound, not never
+        assert auth.calls == [["b"]]
+        assert d.pending_count() == 1
+    finally:
+        await d.close()
+
+
+async def test_an_unservable_backlog_does_not_hold_results() -> None:
+    auth = Authority()
+    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=60_000))
+    await d.start()
+    session = d.open_session(
+        worker_pb2.Hello(worker_id="w", queues=["other"], handlers=["h"], capacity=1)
+    )
+    try:
+        d.submit([_dispatch("x")])  # queue "q": no connected worker consumes it
+        await d.handle_batch(session, _result("b"))
+        await asyncio.wait_for(auth.called.wait(), 5)
+        assert auth.calls == [["b"]]
+    finally:
+        await d.close()
