@@ -95,10 +95,7 @@ class Dispatcher:
                         d.execution_id, flight.dispatch.fencing_token, "resubmitted"
                     )
             self._pending.add(d)
-        # At once, not on the next loop pass: the wheels of all partitions fire on the same
-        # pass at a burst instant, and each one's dispatches should leave before the next
-        # partition's fire work (deferred, the first left only after all of it: ~70 ms at 10k).
-        self._pump_now()
+        self._schedule_pump()
 
     def cancel(self, execution_id: str, token: int, reason: str) -> bool:
         """Cancel an execution under ``token`` (0: whatever token is current).
@@ -240,7 +237,7 @@ class Dispatcher:
             raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
         if batch.credits:
             session.credits += batch.credits
-            self._pump_now()
+            self._schedule_pump()
         if batch.started:
             self._renew(session, [(s.execution_id, s.fencing_token) for s in batch.started])
             started = list(batch.started)
@@ -378,15 +375,6 @@ class Dispatcher:
             return
         self._pump_scheduled = True
         loop.call_soon(self._pump)
-
-    def _pump_now(self) -> None:
-        if self._closed:
-            return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # not on a loop yet: start() pumps
-            return
-        self._pump()
 
     def _pump(self) -> None:
         """Hand pending dispatches to workers with credits: one per route per pass."""

@@ -7,10 +7,8 @@ compare-on-token writes. A result is accepted only with the execution's current 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -93,7 +91,6 @@ class ExecutionManager:
         # (a str for the common single one: no container allocated per fire).
         self.running: dict[str, str | set[str]] = {}
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
-        self._turns = FireTurns()
         self._partition_of: dict[str, int] = {}  # job id -> partition (a SHA-1 each, else)
 
     def not_running(self, job_id: str, execution_id: str) -> None:
@@ -147,12 +144,6 @@ class ExecutionManager:
 
     async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None:
         """The wheel fired these: apply overlap policies, dispatch the rest in one batch."""
-        async with self._turns:
-            skipped, now = self._fire(runner, lives)
-        if skipped:
-            await self._skip(runner, skipped, now)
-
-    def _fire(self, runner: PartitionRunner, lives: list[Live]) -> tuple[list[Live], int]:
         now = self.clock.now_ms()
         send: list[Live] = []
         skipped: list[Live] = []
@@ -183,8 +174,9 @@ class ExecutionManager:
                         old.cancelling = True
                         self._cancel_dispatch(old, "replaced by a newer fire")
                 send.append(live)
+        if skipped:
+            await self._skip(runner, skipped, now)
         self._dispatch(runner, send, now)
-        return skipped, now
 
     def _dispatch(self, runner: PartitionRunner, lives: Sequence[Live], now: int) -> None:
         if not lives or self.dispatcher is None:
@@ -511,46 +503,6 @@ def _finish(ex: execution_pb2.Execution, r: worker_pb2.Result, now: int) -> None
     ex.finished_ms = r.finished_ms or now
     ex.started_ms = r.started_ms or ex.started_ms
     ex.error = r.error
-
-
-class FireTurns:
-    """Partitions fire one at a time, and whatever their fire woke runs before the next one.
-
-    At a burst instant the wheels of all partitions are due on the same loop pass, so without
-    turns every partition's fire work ran before the stream writer woken by the first one
-    could send anything (10k due: the first handler started 70 ms late). A turn is handed on
-    with ``call_soon`` *after* the fire, so the writers it woke go first.
-    """
-
-    def __init__(self) -> None:
-        self._busy = False
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    async def __aenter__(self) -> None:
-        if not self._busy:
-            self._busy = True
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await fut  # the turn is ours once resolved
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():  # handed to us, then cancelled: pass it on
-                await self.__aexit__()
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        # Held until the next pass even with no one waiting yet: the other partitions' fires,
-        # queued on this same pass, must line up behind what this fire woke.
-        asyncio.get_running_loop().call_soon(self._hand_on)
-
-    def _hand_on(self) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self._busy = False
 
 
 def _copy(ex: execution_pb2.Execution) -> execution_pb2.Execution:
