@@ -43,6 +43,8 @@ dev: $(STAMP) etcd
 bench: $(STAMP) etcd
 	$(PY) scripts/bench/schedule.py
 	$(PY) scripts/bench/timerwheel.py
+	$(PY) scripts/bench/worker.py
+	$(PY) scripts/bench/node_cost.py
 	$(PY) scripts/bench/e2e.py
 
 clean:
