@@ -11,8 +11,9 @@ at 10,000 they stay under ~10 ms (spread load, p99 lateness 24 -> 10 ms).
 
 Claimed executions break the generational assumption on purpose: they are made seconds before
 their fire and all live until it, so during a 100k burst every middle-generation collection
-walked them again (up to 130 ms per pause, ~1 s in all). After a large claim round the node
-therefore *freezes* what is alive (:func:`freeze_survivors`): frozen objects are still freed
+walked them again (up to 130 ms per pause, ~1 s in all), and under a steady load the older
+generations' collections paused 10-20 ms every second or two. After each claim round the node
+therefore *freezes* what is alive (:func:`freeze_survivors`; O(1)): frozen objects are still freed
 by reference counting as usual, only the cycle collector stops walking them. Cyclic garbage
 that was frozen is reclaimed when :func:`thaw` (every few minutes) hands everything back to the
 oldest generation.

@@ -35,8 +35,12 @@ from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, job_pb2
 
 log = logging.getLogger(__name__)
-#: A claim round this large makes enough long-lived objects to take them out of the GC's walk.
-_FREEZE_AFTER = 512
+#: After a claim round (or a window load) at least this large, what is alive is frozen (see
+#: schedd._gc): claimed executions live until their fire. Every round, not only big ones: with
+#: 512 the spread load still met 10-20 ms older-generation pauses every second or two (p99
+#: 6.6-11.6 ms); freezing each round (an O(1) list splice) gave 5.0-5.4 ms, sustained 5k/s
+#: p99 94-168 -> 69 ms.
+_FREEZE_AFTER = 1
 
 _MISFIRE_MODES = {
     job_pb2.MISFIRE_CATCH_UP: "catch_up",
