@@ -42,6 +42,17 @@ def _result(eid: str) -> worker_pb2.WorkerBatch:
     )
 
 
+async def _dispatcher_with_worker(
+    settle_defer_ms: int, queues: tuple[str, ...] = ("q",)
+) -> tuple[Dispatcher, Any, Authority]:
+    """A started dispatcher with one connected worker (no credits yet) on ``queues``."""
+    auth = Authority()
+    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=settle_defer_ms))
+    await d.start()
+    hello = worker_pb2.Hello(worker_id="w", queues=list(queues), handlers=["h"], capacity=1)
+    return d, d.open_session(hello), auth
+
+
 def _dispatch(eid: str) -> worker_pb2.Dispatch:
     return worker_pb2.Dispatch(
         execution_id=eid, job_id="j", fencing_token=1, queue="q", handler="h", attempt=1
@@ -49,12 +60,7 @@ def _dispatch(eid: str) -> worker_pb2.Dispatch:
 
 
 async def test_results_wait_while_a_worker_can_take_waiting_dispatches() -> None:
-    auth = Authority()
-    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=400))
-    await d.start()
-    session = d.open_session(
-        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=1)
-    )
+    d, session, auth = await _dispatcher_with_worker(400)
     try:
         # No backlog: a result is settled at once (bounded by wait_for, not timed).
         await d.handle_batch(session, _result("a"))
@@ -79,12 +85,7 @@ async def test_results_wait_while_a_worker_can_take_waiting_dispatches() -> None
 
 
 async def test_results_wait_no_longer_than_settle_defer_ms() -> None:
-    auth = Authority()
-    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=150))
-    await d.start()
-    session = d.open_session(
-        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=1)
-    )
+    d, session, auth = await _dispatcher_with_worker(150)
     try:
         d.submit([_dispatch("x")])
         await d.handle_batch(session, _result("b"))
@@ -96,12 +97,7 @@ async def test_results_wait_no_longer_than_settle_defer_ms() -> None:
 
 
 async def test_an_unservable_backlog_does_not_hold_results() -> None:
-    auth = Authority()
-    d = Dispatcher("n", auth, config=DispatchConfig(settle_defer_ms=60_000))
-    await d.start()
-    session = d.open_session(
-        worker_pb2.Hello(worker_id="w", queues=["other"], handlers=["h"], capacity=1)
-    )
+    d, session, auth = await _dispatcher_with_worker(60_000, ("other",))
     try:
         d.submit([_dispatch("x")])  # queue "q": no connected worker consumes it
         await d.handle_batch(session, _result("b"))
