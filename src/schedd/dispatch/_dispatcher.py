@@ -85,9 +85,8 @@ class Dispatcher:
         Never blocks. A dispatch for an execution already pending replaces it; one for an
         execution in flight replaces that too (its old worker gets a Cancel for the old token).
         """
-        in_flight = self._in_flight
         for d in dispatches:
-            old = self._drop_in_flight(d.execution_id) if in_flight else None
+            old = self._drop_in_flight(d.execution_id)
             if old is not None:
                 session, flight = old
                 if flight.dispatch.fencing_token != d.fencing_token:
@@ -400,10 +399,8 @@ class Dispatcher:
                 d = self._pending.pop(route)
                 if d is None:
                     continue
-                session.send_dispatch(d)
+                self._hand_out(session, d, now, lease)
                 used.add(session)
-                self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, now + lease)
-                self._session_of[d.execution_id] = session
                 still.append((route, eligible))
             active = still
         # A pass ends a batch of fires (a wheel bucket, a resubmission): send it now rather
@@ -413,17 +410,20 @@ class Dispatcher:
 
     def _pump_one(self, route: Any, session: WorkerSession, now: int, lease: int) -> None:
         pop = self._pending.pop
-        in_flight, session_of = self._in_flight, self._session_of
-        worker_id, send = session.worker_id, session.send_dispatch
         while session.credits > 0:
             d = pop(route)
             if d is None:
                 break
-            send(d)
-            eid = d.execution_id
-            in_flight[eid] = InFlight(d, worker_id, now, now + lease)
-            session_of[eid] = session
+            self._hand_out(session, d, now, lease)
         session.flush()
+
+    def _hand_out(
+        self, session: WorkerSession, d: worker_pb2.Dispatch, now: int, lease: int
+    ) -> None:
+        """Send one dispatch on ``session`` (which has a credit) and track it in flight."""
+        session.send_dispatch(d)
+        self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, now + lease)
+        self._session_of[d.execution_id] = session
 
     async def _reap_loop(self) -> None:
         interval = max(1, self.config.reap_interval_ms) / 1000.0
