@@ -352,9 +352,6 @@ class PartitionRunner:
             self._compiled[job_id] = comp
         return comp
 
-    def schedule_of(self, cached: StoredJob) -> Schedule:
-        return self._compile(cached).schedule
-
     def _plan_fire(self, entry: DueEntry, cached: StoredJob, now: int) -> _Claim:
         job, comp = cached.job, self._compile(cached)
         sched = comp.schedule
