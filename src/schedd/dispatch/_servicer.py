@@ -43,7 +43,7 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
         yield worker_pb2.NodeMessage(welcome=self._d.welcome())
         reader = asyncio.create_task(self._read(session, request_iterator))
         try:
-            while (msg := await session.outgoing.get()) is not None:
+            while (msg := await session.next_message()) is not None:
                 yield msg
         finally:
             reader.cancel()

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 
 from schedd.dispatch._config import DispatchStats
 from schedd.v1 import scheduler_pb2, worker_pb2
 
-#: Put on the outgoing queue to end the stream.
+#: What :meth:`WorkerSession.next_message` returns when the stream is to end.
 END = None
+#: A NodeMessage is sealed at about this many bytes of payloads, checkpoints and targets
+#: (workers accept up to 64 MiB; one dispatch carries at most 256 KiB of payload).
+MAX_MESSAGE_BYTES = 8 << 20
+
+
+def _new_message() -> tuple[worker_pb2.NodeMessage, worker_pb2.NodeBatch]:
+    msg = worker_pb2.NodeMessage()
+    return msg, msg.batch
 
 
 class WorkerSession:
     """The node's view of one connected worker stream.
 
-    Items are buffered into one :class:`~schedd.v1.worker_pb2.NodeBatch` and moved to
-    :attr:`outgoing` as a NodeMessage when ``max_batch`` items are buffered or
-    ``flush_interval_ms`` after the first one, whichever comes first.
+    Items go into one :class:`~schedd.v1.worker_pb2.NodeBatch`, which becomes *ready* when
+    ``max_batch`` items are in it, ``flush_interval_ms`` after its first item, or on
+    :meth:`flush`. The stream's writer takes the ready batch with :meth:`next_message`. While
+    the writer is still sending the previous message, new items join the ready batch instead
+    of queueing behind it as messages of their own: a stream sends one message at a time
+    (each waits for its send to complete, a loop pass or more on a busy node), so in a burst
+    one message of everything that accumulated goes out, not many of ``max_batch`` each.
+    A batch is sealed (and the next one started) at ``max_message_bytes`` of payload, so a
+    message stays under the worker's receive limit.
     """
 
     def __init__(
@@ -29,6 +44,7 @@ class WorkerSession:
         max_batch: int,
         flush_interval_ms: int,
         stats: DispatchStats,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.session_id = session_id
         self.hello = hello
@@ -38,15 +54,19 @@ class WorkerSession:
         self.credits = 0
         #: Execution ids in flight on this stream.
         self.in_flight: set[str] = set()
-        self.outgoing: asyncio.Queue[worker_pb2.NodeMessage | None] = asyncio.Queue()
         self.closed = False
         #: Set by the reader when the worker broke the protocol; the stream aborts with it.
         self.error: str | None = None
         self._max_batch = max(1, max_batch)
         self._flush_s = max(0, flush_interval_ms) / 1000.0
+        self._max_bytes = max_message_bytes
         self._stats = stats
-        self._batch = worker_pb2.NodeBatch()
+        self._message, self._batch = _new_message()
         self._items = 0
+        self._bytes = 0
+        self._ready = False
+        self._sealed: deque[worker_pb2.NodeMessage] = deque()
+        self._writer: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def load(self) -> float:
@@ -57,6 +77,10 @@ class WorkerSession:
         """Buffer a dispatch, using one credit (the caller checked there was one)."""
         self.credits -= 1
         self.in_flight.add(dispatch.execution_id)
+        size = len(dispatch.payload) + len(dispatch.checkpoint) + len(dispatch.target)
+        if size > 4096 and self._items and self._bytes + size > self._max_bytes:
+            self._seal()
+        self._bytes += size
         self._batch.dispatches.append(dispatch)
         self._stats.dispatches_sent += 1
         self._added()
@@ -74,22 +98,65 @@ class WorkerSession:
 
     def _added(self) -> None:
         self._items += 1
+        if self._ready:
+            return  # joins the batch the writer takes next
         if self._items >= self._max_batch:
             self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self.flush)
 
     def flush(self) -> None:
-        """Move the buffered batch (if any) to :attr:`outgoing` now."""
+        """Make the buffered batch (if any) ready for the writer now."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if not self._items or self.closed:
             return
-        self.outgoing.put_nowait(worker_pb2.NodeMessage(batch=self._batch))
+        self._ready = True
+        self._wake_writer()
+
+    def _seal(self) -> None:
+        """Close the current batch as a message of its own (it reached the byte cap)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._sealed.append(self._message)
         self._stats.node_messages_sent += 1
-        self._batch = worker_pb2.NodeBatch()
-        self._items = 0
+        self._message, self._batch = _new_message()
+        self._items = self._bytes = 0
+        self._ready = False
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self._writer is not None and not self._writer.done():
+            self._writer.set_result(None)
+
+    def take(self) -> worker_pb2.NodeMessage | None:
+        """The next message to send, if one is ready (sealed ones first)."""
+        if self._sealed:
+            return self._sealed.popleft()
+        if not self._ready or not self._items:
+            return None
+        msg = self._message
+        self._stats.node_messages_sent += 1
+        self._message, self._batch = _new_message()
+        self._items = self._bytes = 0
+        self._ready = False
+        return msg
+
+    async def next_message(self) -> worker_pb2.NodeMessage | None:
+        """Waits for the next message to send; None once the session ended and all went."""
+        while True:
+            msg = self.take()
+            if msg is not None:
+                return msg
+            if self.closed:
+                return END
+            self._writer = asyncio.get_running_loop().create_future()
+            try:
+                await self._writer
+            finally:
+                self._writer = None
 
     def end(self, error: str | None = None) -> None:
         """Flush and then end the stream (with ``error``: abort it as INVALID_ARGUMENT)."""
@@ -99,7 +166,7 @@ class WorkerSession:
             self.error = error
         self.flush()
         self.closed = True
-        self.outgoing.put_nowait(END)
+        self._wake_writer()
 
     def status(self, node_id: str) -> scheduler_pb2.WorkerStatus:
         return scheduler_pb2.WorkerStatus(

@@ -30,6 +30,8 @@ class NodeConfig:
             not one transaction per fire.
         grace_ms: a fire later than this is a misfire, handled by the job's policy.
         tick_ms: timer wheel tick (a timer fires at the end of its tick: the lateness floor).
+        fire_slice: most fires dispatched on one event-loop pass; the partitions due beyond it
+            fire on the next pass, after the stream writes of the first (0: no limit).
         session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
         max_clock_skew_ms: a node further than this from the cluster's median clock owns nothing.
         claim_batch: most due entries claimed in one round.
@@ -57,6 +59,7 @@ class NodeConfig:
     claim_slice_ms: int = 500
     grace_ms: int = 1_000
     tick_ms: int = 1
+    fire_slice: int = 512
     session_ttl_s: int = 5
     max_clock_skew_ms: int = 500
     claim_batch: int = 4096

@@ -7,6 +7,7 @@ compare-on-token writes. A result is accepted only with the execution's current 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -92,6 +93,7 @@ class ExecutionManager:
         self.running: dict[str, str | set[str]] = {}
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
         self._partition_of: dict[str, int] = {}  # job id -> partition (a SHA-1 each, else)
+        self._slices = FireSlices(config.fire_slice)
 
     def not_running(self, job_id: str, execution_id: str) -> None:
         """Forgets a dispatched execution of a job (and the job, when it has none left)."""
@@ -143,7 +145,18 @@ class ExecutionManager:
         )
 
     async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None:
-        """The wheel fired these: apply overlap policies, dispatch the rest in one batch."""
+        """The wheel fired these: apply overlap policies, dispatch the rest in one batch.
+
+        When other partitions already fired a slice's worth on this loop pass (a burst
+        instant: every partition's wheel is due on the same pass), this one waits for the
+        next pass, so the stream writes their fires woke go first and the first handlers
+        start while the rest of the burst is still being fired.
+        """
+        while self._slices.full():
+            await self._slices.next_pass()
+            held = runner.live
+            lives = [lv for lv in lives if held.get(lv.ex.id) is lv and not lv.dispatched]
+        self._slices.used(len(lives))
         now = self.clock.now_ms()
         send: list[Live] = []
         skipped: list[Live] = []
@@ -503,6 +516,36 @@ def _finish(ex: execution_pb2.Execution, r: worker_pb2.Result, now: int) -> None
     ex.finished_ms = r.finished_ms or now
     ex.started_ms = r.started_ms or ex.started_ms
     ex.error = r.error
+
+
+class FireSlices:
+    """Counts fires per event-loop pass; past ``size`` in one pass, further fires wait a pass.
+
+    The count starts again at the first callback of each pass that had fires (a ``call_soon``
+    made when the pass's first fire was counted), so a lone fire never waits.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._count = 0
+        self._reset_queued = False
+
+    def full(self) -> bool:
+        return self.size > 0 and self._count >= self.size
+
+    def used(self, n: int) -> None:
+        if not self._reset_queued and n:
+            self._reset_queued = True
+            asyncio.get_running_loop().call_soon(self._reset)
+        self._count += n
+
+    def _reset(self) -> None:
+        self._count = 0
+        self._reset_queued = False
+
+    @staticmethod
+    async def next_pass() -> None:
+        await asyncio.sleep(0)
 
 
 def _copy(ex: execution_pb2.Execution) -> execution_pb2.Execution:

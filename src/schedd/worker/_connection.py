@@ -25,6 +25,8 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # A node coalesces what accumulates while a send is in flight into one message.
+    ("grpc.max_receive_message_length", 64 << 20),
 )
 _FLUSH_S = 0.002
 _MAX_BATCH = 512
