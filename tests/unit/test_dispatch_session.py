@@ -94,3 +94,22 @@ async def test_large_payloads_are_sealed_into_messages_under_the_byte_cap() -> N
         sizes.append(len(msg.batch.dispatches))
         assert msg.ByteSize() < 20_000 + 1000
     assert sizes == [2, 2, 1]
+
+
+async def test_coalescing_stops_at_half_the_workers_capacity() -> None:
+    s = WorkerSession(
+        1,
+        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=16),
+        connected_ms=0,
+        max_batch=2,
+        flush_interval_ms=1000,
+        stats=DispatchStats(),
+    )
+    s.credits = 16
+    for i in range(13):
+        s.send_dispatch(_d(i))
+    s.flush()
+    sizes = []
+    while (msg := s.take()) is not None:
+        sizes.append(len(msg.batch.dispatches))
+    assert sizes == [8, 5]  # capacity 16 -> at most 8 (4 x max_batch) per message

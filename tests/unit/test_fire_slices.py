@@ -88,3 +88,20 @@ async def test_a_waiting_partition_drops_what_left_its_runner_meanwhile() -> Non
     await asyncio.gather(t1, t2)
     assert d.sent == ["a/1", "b/1", "c/1"]
     assert m.running == {"a": "a/1", "b": "b/1", "c": "c/1"}
+
+
+async def test_one_partition_beyond_the_slice_fires_a_slice_per_pass() -> None:
+    cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"), fire_slice=2)
+    m = ExecutionManager(cfg, ManualClock(0), history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+    d = _Dispatcher()
+    m.dispatcher = d  # type: ignore[assignment]
+    lives = [_live(f"j{i}/1") for i in range(5)]
+    r = _runner(1, lives)
+    task = asyncio.ensure_future(m.fire(r, lives))
+    seen = []
+    for _ in range(4):
+        await asyncio.sleep(0)
+        seen.append(len(d.sent))
+    await task
+    assert seen == [2, 4, 5, 5]  # one slice of two per pass
+    assert d.sent == [f"j{i}/1" for i in range(5)]

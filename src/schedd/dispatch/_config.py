@@ -40,7 +40,7 @@ class DispatchConfig:
     max_batch: int = 512
     flush_interval_ms: int = 2
     reap_interval_ms: int = 250
-    settle_defer_ms: int = 100
+    settle_defer_ms: int = 2000
 
 
 @dataclass

@@ -32,7 +32,8 @@ class WorkerSession:
     (each waits for its send to complete, a loop pass or more on a busy node), so in a burst
     one message of everything that accumulated goes out, not many of ``max_batch`` each.
     A batch is sealed (and the next one started) at ``max_message_bytes`` of payload, so a
-    message stays under the worker's receive limit.
+    message stays under the worker's receive limit, and at a quarter of the worker's capacity
+    (at least ``max_batch``, at most four times it).
     """
 
     def __init__(
@@ -60,6 +61,10 @@ class WorkerSession:
         self._max_batch = max(1, max_batch)
         self._flush_s = max(0, flush_interval_ms) / 1000.0
         self._max_bytes = max_message_bytes
+        # Coalescing stops at a quarter of the worker's capacity, so a burst is still spread
+        # over several messages and the worker runs the first while the next is on its way
+        # (one message of the whole credit window made node and worker take turns).
+        self._max_items = max(self._max_batch, min(4 * self._max_batch, hello.capacity // 2))
         self._stats = stats
         self._message, self._batch = _new_message()
         self._items = 0
@@ -99,6 +104,8 @@ class WorkerSession:
     def _added(self) -> None:
         self._items += 1
         if self._ready:
+            if self._items >= self._max_items:
+                self._seal()
             return  # joins the batch the writer takes next
         if self._items >= self._max_batch:
             self.flush()

@@ -150,13 +150,30 @@ class ExecutionManager:
         When other partitions already fired a slice's worth on this loop pass (a burst
         instant: every partition's wheel is due on the same pass), this one waits for the
         next pass, so the stream writes their fires woke go first and the first handlers
-        start while the rest of the burst is still being fired.
+        start while the rest of the burst is still being fired. More than a slice from one
+        partition is fired a slice at a time the same way.
         """
+        size = self._slices.size
+        if size and len(lives) > size:  # one partition's share of a burst: a slice per pass
+            for i in range(0, len(lives), size):
+                await self._fire(runner, lives[i : i + size], stale=i > 0)
+            return
+        await self._fire(runner, lives)
+
+    async def _take_slice(
+        self, runner: PartitionRunner, lives: list[Live], stale: bool
+    ) -> list[Live]:
         while self._slices.full():
             await self._slices.next_pass()
+            stale = True
+        if stale:  # the loop ran since the wheel fired them: keep only those still held
             held = runner.live
             lives = [lv for lv in lives if held.get(lv.ex.id) is lv and not lv.dispatched]
         self._slices.used(len(lives))
+        return lives
+
+    async def _fire(self, runner: PartitionRunner, lives: list[Live], stale: bool = False) -> None:
+        lives = await self._take_slice(runner, lives, stale)
         now = self.clock.now_ms()
         send: list[Live] = []
         skipped: list[Live] = []
