@@ -11,9 +11,10 @@ from schedd.v1 import scheduler_pb2, worker_pb2
 
 #: What :meth:`WorkerSession.next_message` returns when the stream is to end.
 END = None
-#: A NodeMessage is sealed at about this many bytes of payloads, checkpoints and targets
-#: (workers accept up to 64 MiB; one dispatch carries at most 256 KiB of payload).
-MAX_MESSAGE_BYTES = 8 << 20
+#: A NodeMessage is sealed at about this many bytes of payloads, checkpoints and targets, so
+#: it stays under gRPC's default 4 MiB receive limit for any worker (one dispatch carries at
+#: most 256 KiB of payload; schedd's own workers accept up to 64 MiB).
+MAX_MESSAGE_BYTES = 3 << 20
 
 
 def _new_message() -> tuple[worker_pb2.NodeMessage, worker_pb2.NodeBatch]:
@@ -32,8 +33,8 @@ class WorkerSession:
     (each waits for its send to complete, a loop pass or more on a busy node), so in a burst
     one message of everything that accumulated goes out, not many of ``max_batch`` each.
     A batch is sealed (and the next one started) at ``max_message_bytes`` of payload, so a
-    message stays under the worker's receive limit, and at a quarter of the worker's capacity
-    (at least ``max_batch``, at most four times it).
+    message stays under the worker's receive limit, and at half the worker's capacity (at
+    least ``max_batch``, at most four times it).
     """
 
     def __init__(
@@ -61,7 +62,7 @@ class WorkerSession:
         self._max_batch = max(1, max_batch)
         self._flush_s = max(0, flush_interval_ms) / 1000.0
         self._max_bytes = max_message_bytes
-        # Coalescing stops at a quarter of the worker's capacity, so a burst is still spread
+        # Coalescing stops at half the worker's capacity, so a burst is still spread
         # over several messages and the worker runs the first while the next is on its way
         # (one message of the whole credit window made node and worker take turns).
         self._max_items = max(self._max_batch, min(4 * self._max_batch, hello.capacity // 2))
@@ -123,7 +124,7 @@ class WorkerSession:
         self._wake_writer()
 
     def _seal(self) -> None:
-        """Close the current batch as a message of its own (it reached the byte cap)."""
+        """Close the current batch as a message of its own (it reached a size cap)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
