@@ -128,12 +128,17 @@ class WorkerSession:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._sealed.append(self._message)
+        self._sealed.append(self._detach())
+        self._wake_writer()
+
+    def _detach(self) -> worker_pb2.NodeMessage:
+        """The current message, replaced by a new empty one."""
+        msg = self._message
         self._stats.node_messages_sent += 1
         self._message, self._batch = _new_message()
         self._items = self._bytes = 0
         self._ready = False
-        self._wake_writer()
+        return msg
 
     def _wake_writer(self) -> None:
         if self._writer is not None and not self._writer.done():
@@ -145,12 +150,7 @@ class WorkerSession:
             return self._sealed.popleft()
         if not self._ready or not self._items:
             return None
-        msg = self._message
-        self._stats.node_messages_sent += 1
-        self._message, self._batch = _new_message()
-        self._items = self._bytes = 0
-        self._ready = False
-        return msg
+        return self._detach()
 
     async def next_message(self) -> worker_pb2.NodeMessage | None:
         """Waits for the next message to send; None once the session ended and all went."""
