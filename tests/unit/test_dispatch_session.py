@@ -9,10 +9,12 @@ from schedd.dispatch._session import WorkerSession
 from schedd.v1 import worker_pb2
 
 
-def _session(max_batch: int = 4, flush_ms: int = 1000, max_bytes: int = 8 << 20) -> WorkerSession:
+def _session(
+    max_batch: int = 4, flush_ms: int = 1000, max_bytes: int = 8 << 20, capacity: int = 1000
+) -> WorkerSession:
     s = WorkerSession(
         1,
-        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=1000),
+        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=capacity),
         connected_ms=0,
         max_batch=max_batch,
         flush_interval_ms=flush_ms,
@@ -97,15 +99,7 @@ async def test_large_payloads_are_sealed_into_messages_under_the_byte_cap() -> N
 
 
 async def test_coalescing_stops_at_half_the_workers_capacity() -> None:
-    s = WorkerSession(
-        1,
-        worker_pb2.Hello(worker_id="w", queues=["q"], handlers=["h"], capacity=16),
-        connected_ms=0,
-        max_batch=2,
-        flush_interval_ms=1000,
-        stats=DispatchStats(),
-    )
-    s.credits = 16
+    s = _session(max_batch=2, capacity=16)
     for i in range(13):
         s.send_dispatch(_d(i))
     s.flush()
