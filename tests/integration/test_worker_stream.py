@@ -84,6 +84,9 @@ class MemoryAuthority:
             )
         return acks
 
+    def on_reported(self, results: list[worker_pb2.Result]) -> None:
+        pass
+
     async def on_lost(self, lost: list[InFlight], reason: str) -> None:
         self.lost.extend((f, reason) for f in lost)
 

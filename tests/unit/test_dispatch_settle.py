@@ -13,12 +13,16 @@ class Authority:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.called = asyncio.Event()
+        self.reported: list[str] = []
 
     async def on_started(self, worker_id: str, started: Any) -> None:
         return None
 
     async def on_heartbeats(self, worker_id: str, heartbeats: Any) -> list[str]:
         return []
+
+    def on_reported(self, results: list[worker_pb2.Result]) -> None:
+        self.reported.extend(r.execution_id for r in results)
 
     async def on_results(
         self, worker_id: str, results: list[worker_pb2.Result]
@@ -103,5 +107,24 @@ async def test_an_unservable_backlog_does_not_hold_results() -> None:
         await d.handle_batch(session, _result("b"))
         await asyncio.wait_for(auth.called.wait(), 5)
         assert auth.calls == [["b"]]
+    finally:
+        await d.close()
+
+
+async def test_a_result_is_reported_at_once_though_its_settling_waits() -> None:
+    d, session, auth = await _dispatcher_with_worker(5000)
+    try:
+        await d.handle_batch(session, worker_pb2.WorkerBatch(credits=1))
+        d.submit([_dispatch("r")])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert "r" in d.in_flight()
+        d.submit([_dispatch("x")])  # waits for this worker's next credit: a backlog
+        await asyncio.sleep(0)
+        await d.handle_batch(session, _result("r"))
+        await d.handle_batch(session, _result("stranger"))  # not in flight: not reported
+        assert auth.reported == ["r"]  # the overlap policies see it ended...
+        await asyncio.sleep(0.05)
+        assert auth.calls == []  # ...while its settling waits behind the backlog
     finally:
         await d.close()

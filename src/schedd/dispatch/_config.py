@@ -94,6 +94,12 @@ class ExecutionAuthority(Protocol):
         """
         ...
 
+    def on_reported(self, results: list[worker_pb2.Result]) -> None:
+        """Results with the in-flight token arrived; they are settled later (the settler may
+        defer them behind a dispatch backlog). Called at once, on the stream's reader: the
+        executions are no longer running, whatever the settling decides."""
+        ...
+
     async def on_results(
         self, worker_id: str, results: list[worker_pb2.Result]
     ) -> list[worker_pb2.ResultAck]:

@@ -267,6 +267,7 @@ class Dispatcher:
 
     def _queue_results(self, session: WorkerSession, results: list[worker_pb2.Result]) -> None:
         self.stats.results_received += len(results)
+        current = []
         for r in results:
             flight = self._in_flight.get(r.execution_id)
             if (
@@ -275,6 +276,12 @@ class Dispatcher:
                 and self._session_of.get(r.execution_id) is session
             ):
                 self._drop_in_flight(r.execution_id)
+                current.append(r)
+        if current:
+            try:
+                self._authority.on_reported(current)
+            except Exception:
+                log.exception("execution authority on_reported failed")
         self._unsettled.append((session, results))
         self._ensure_settler()
         assert self._settle_wake is not None

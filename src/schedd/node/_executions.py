@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _FAILED = (worker_pb2.OUTCOME_FAILED, worker_pb2.OUTCOME_TIMED_OUT)
+_ENDED = frozenset({worker_pb2.OUTCOME_SUCCEEDED, worker_pb2.OUTCOME_FAILED_PERMANENT, *_FAILED})
 
 
 @dataclass
@@ -326,6 +327,15 @@ class ExecutionManager:
             elif hb.has_checkpoint:
                 live.ex.checkpoint = hb.checkpoint
         return stale
+
+    def on_reported(self, results: list[worker_pb2.Result]) -> None:
+        """An attempt that ended (not one a worker gave back, CANCELLED: it is handed out
+        again) stops counting as running for the overlap policies now, not when its result is
+        settled, which may be deferred for a dispatch backlog."""
+        for r in results:
+            if r.outcome in _ENDED:
+                job_id = r.execution_id.rpartition("@")[0]
+                self.not_running(job_id, r.execution_id)
 
     async def on_results(
         self, worker_id: str, results: list[worker_pb2.Result]
