@@ -334,7 +334,7 @@ class ExecutionManager:
         settled, which may be deferred for a dispatch backlog."""
         for r in results:
             if r.outcome in _ENDED:
-                job_id = r.execution_id.rpartition("@")[0]
+                job_id, _ = parse_execution_id(r.execution_id)
                 self.not_running(job_id, r.execution_id)
 
     async def on_results(
