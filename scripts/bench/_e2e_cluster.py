@@ -122,11 +122,14 @@ class EtcdProbe:
 class Cluster:
     """A fresh etcd, one node process and one worker process under ``root``."""
 
-    def __init__(self, root: Path, children: Children, capacity: int, jitter_ms: int = 0) -> None:
+    def __init__(
+        self, root: Path, children: Children, capacity: int, jitter_ms: int = 0, prefetch: int = 0
+    ) -> None:
         self.root = root
         self.jitter_ms = jitter_ms
         self.children = children
         self.capacity = capacity
+        self.prefetch = prefetch
         self.record = root / "starts.txt"
         self.port = free_port()
         self.etcd = EtcdProcess(root / "etcd")
@@ -152,7 +155,8 @@ class Cluster:
         self.worker = self.children.spawn(
             [str(SCHEDD_BIN), "--log-level", "warning", "worker", "--connect", self.address,
              "--import", "_e2e_handlers", "--worker-id", "bench-worker",
-             "--capacity", str(self.capacity), "--data-dir", str(self.root / "worker")],
+             "--capacity", str(self.capacity), "--prefetch", str(self.prefetch),
+             "--data-dir", str(self.root / "worker")],
             self.root / "worker.log", env,
         )  # fmt: skip
         self._wait_ready(timeout_s)

@@ -86,11 +86,17 @@ def _poll_zero(probe: Any, read: Any, timeout_s: float) -> float | None:
 
 
 def run_once(
-    w: Workload, root: Path, children: Children, est: Estimates, capacity: int, margin_s: float
+    w: Workload,
+    root: Path,
+    children: Children,
+    est: Estimates,
+    capacity: int,
+    margin_s: float,
+    prefetch: int = 0,
 ) -> Result:
     """One workload (burst, spread or sustained) on a fresh cluster."""
     res = Result("schedd", w.name, w.n)
-    cluster = Cluster(root, children, capacity, jitter_ms=w.jitter_ms)
+    cluster = Cluster(root, children, capacity, jitter_ms=w.jitter_ms, prefetch=prefetch)
     probe = None
     try:
         cluster.start()

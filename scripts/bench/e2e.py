@@ -121,6 +121,13 @@ def main() -> int:
     ap.add_argument(
         "--capacity", type=int, default=4096, help="worker capacity (executions at once)"
     )
+    ap.add_argument(
+        "--prefetch",
+        type=int,
+        default=131072,
+        help="executions the worker holds ahead of their instant (0: none, every fire is sent"
+        " at its instant)",
+    )
     ap.add_argument("--margin", type=float, default=None, help="seconds between creation and T")
     ap.add_argument("--keep", action="store_true", help="keep the data directories and logs")
     args = ap.parse_args()
@@ -149,7 +156,15 @@ def main() -> int:
                     from _e2e_schedd import Estimates, run_once
 
                     est = est or Estimates()
-                    r = run_once(w, root / f"schedd-{w.name}", children, est, args.capacity, margin)
+                    r = run_once(
+                        w,
+                        root / f"schedd-{w.name}",
+                        children,
+                        est,
+                        args.capacity,
+                        margin,
+                        args.prefetch,
+                    )
                 results.append(r)
                 say(table_row(r))
     finally:

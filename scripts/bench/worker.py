@@ -16,6 +16,10 @@ core. Variants:
 * ``suspend``: an async handler that suspends once (``await asyncio.sleep(0)``), so its
   deadline, heartbeats and cancellation are armed as for any handler that awaits I/O;
 * ``sync``: the same with a no-op plain ``def`` handler (run in the worker's thread pool);
+* ``held``: the async no-op, but every dispatch is sent ahead of its instant with prefetch
+  credits (``start_at_ms`` = the instant, ``HELD_LEAD_S`` after the worker connected, the
+  worker's prefetch window N): the worker holds them and starts them from its own timer, as
+  it does for a burst the node sent ahead. Start lag counts from the instant;
 * ``echo``: the floor, a bare grpc.aio client that answers each NodeBatch with one WorkerBatch
   carrying a Started and a Result per dispatch plus the credits back, no handler, no ledger.
 
@@ -26,7 +30,8 @@ child writes them to a file when it exits. Figures per (variant, N):
 * ``starts_per_s``: N / (last handler start - first handler start);
 * ``all_results_s``: first dispatch written -> last result read, on the node;
 * ``start_lag_ms_p50/p99/max``: handler start minus the first dispatch written (all N are due
-  then, so this is the latency the end-to-end benchmark measures, less the node's own part);
+  then, so this is the latency the end-to-end benchmark measures, less the node's own part;
+  for ``held``, minus the instant);
 * ``vs_echo``: all_results_s of the echo floor / this variant's (1.0 = as cheap as the stream).
 
 With ``--repeat R`` each case runs R times and the median (by all_results_s) is reported.
@@ -56,7 +61,9 @@ import grpc.aio
 from schedd.v1 import worker_pb2, worker_pb2_grpc
 
 MAX_BATCH = 512
-VARIANTS = ("echo", "async", "suspend", "sync")
+VARIANTS = ("echo", "async", "suspend", "sync", "held")
+#: For ``held``: the instant is this long after the worker connected (all N are sent by then).
+HELD_LEAD_S = 3.0
 
 
 # ---- the node side (parent) ---------------------------------------------------------------------
@@ -68,6 +75,8 @@ class Run:
 
     dispatches: list[worker_pb2.Dispatch]
     credits: int = 0
+    #: For ``held``: the instant every dispatch starts at (0: sent due now, with run credits).
+    start_at_ms: int = 0
     next_index: int = 0
     results: int = 0
     acks: list[worker_pb2.ResultAck] = field(default_factory=list)
@@ -98,9 +107,16 @@ class BenchNode(worker_pb2_grpc.WorkerServicer):
         assert first.WhichOneof("kind") == "hello", first
         yield worker_pb2.NodeMessage(
             welcome=worker_pb2.Welcome(
-                node_id="bench-node", heartbeat_interval_ms=2000, lease_timeout_ms=10_000
+                node_id="bench-node",
+                heartbeat_interval_ms=2000,
+                lease_timeout_ms=10_000,
+                now_ms=time.time_ns() // 1_000_000,
             )
         )
+        if run.start_at_ms:
+            run.start_at_ms = time.time_ns() // 1_000_000 + int(HELD_LEAD_S * 1000)
+            for d in run.dispatches:
+                d.start_at_ms = run.start_at_ms
         run.connected.set()
         reader = asyncio.create_task(self._read(run, request_iterator))
         try:
@@ -140,7 +156,7 @@ class BenchNode(worker_pb2_grpc.WorkerServicer):
             async for msg in it:
                 run.messages_received += 1
                 b = msg.batch
-                run.credits += b.credits
+                run.credits += b.prefetch_credits if run.start_at_ms else b.credits
                 for r in b.results:
                     run.acks.append(
                         worker_pb2.ResultAck(
@@ -203,7 +219,7 @@ async def run_case(
     worker_pb2_grpc.add_WorkerServicer_to_server(node, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    run = Run(make_dispatches(n, tag))
+    run = Run(make_dispatches(n, tag), start_at_ms=1 if variant == "held" else 0)
     node.run = run
     with tempfile.TemporaryDirectory(prefix="schedd-bench-worker-") as tmp:
         out = Path(tmp) / "starts.json"
@@ -216,6 +232,8 @@ async def run_case(
             f"127.0.0.1:{port}",
             "--capacity",
             str(capacity),
+            "--prefetch",
+            str(n if variant == "held" else 0),
             "--out",
             str(out),
             "--data-dir",
@@ -252,7 +270,8 @@ def _py_spy() -> str:
 
 def _figures(variant: str, n: int, run: Run, starts: list[int]) -> Figures:
     assert len(starts) == n, (variant, len(starts), n)
-    lags = [(s - run.first_sent_ns) / 1e6 for s in starts]
+    origin_ns = run.start_at_ms * 1_000_000 if run.start_at_ms else run.first_sent_ns
+    lags = [(s - origin_ns) / 1e6 for s in starts]
     start_span = max(1, starts[-1] - starts[0]) / 1e9
     send_span = max(1, run.last_sent_ns - run.first_sent_ns) / 1e9
     return Figures(
@@ -316,8 +335,14 @@ def child_worker(args: argparse.Namespace) -> None:
     starts: list[int] = []
     record = starts.append
     now_ns = time.time_ns
-    worker = Worker(args.address, worker_id="bench", capacity=args.capacity, data_dir=args.data_dir)
-    if args.child == "async":
+    worker = Worker(
+        args.address,
+        worker_id="bench",
+        capacity=args.capacity,
+        prefetch=args.prefetch,
+        data_dir=args.data_dir,
+    )
+    if args.child in ("async", "held"):
 
         async def noop(ctx: Context, payload: Any) -> None:
             record(now_ns())
@@ -423,6 +448,7 @@ def main() -> None:
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--prefetch", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child == "echo":

@@ -193,7 +193,10 @@ async def _echo(ctx: Context, payload: Any) -> Any:
 
 
 async def test_hello_is_answered_with_welcome(make_node: NodeFactory) -> None:
-    node = await make_node(DispatchConfig(heartbeat_interval_ms=1500, lease_timeout_ms=7000))
+    clock = ManualClock(1_000_000)
+    node = await make_node(
+        DispatchConfig(heartbeat_interval_ms=1500, lease_timeout_ms=7000), clock=clock
+    )
     async with grpc.aio.insecure_channel(node.address) as ch:
         call = worker_pb2_grpc.WorkerStub(ch).Connect()
         await call.write(
@@ -204,7 +207,7 @@ async def test_hello_is_answered_with_welcome(make_node: NodeFactory) -> None:
         msg = await call.read()
         assert isinstance(msg, worker_pb2.NodeMessage)
         assert msg.welcome == worker_pb2.Welcome(
-            node_id="node-1", heartbeat_interval_ms=1500, lease_timeout_ms=7000
+            node_id="node-1", heartbeat_interval_ms=1500, lease_timeout_ms=7000, now_ms=1_000_000
         )
         await wait_for(lambda: len(node.dispatcher.workers()) == 1, "session")
         status = node.dispatcher.workers()[0]

@@ -112,7 +112,7 @@ def _cluster_tables(status: scheduler_pb2.ClusterStatus) -> Group:
 
 def _workers_table(status: scheduler_pb2.ClusterStatus) -> Table:
     return rows_table(
-        ("WORKER", "NODE", "QUEUES", "HANDLERS", "IN FLIGHT", "CONNECTED"),
+        ("WORKER", "NODE", "QUEUES", "HANDLERS", "IN FLIGHT", "HELD", "CONNECTED"),
         [
             (
                 w.worker_id,
@@ -120,6 +120,7 @@ def _workers_table(status: scheduler_pb2.ClusterStatus) -> Table:
                 ",".join(w.queues),
                 ",".join(w.handlers),
                 f"{w.in_flight}/{w.capacity}",
+                f"{w.held}/{w.prefetch}",
                 local_time(w.connected_ms),
             )
             for w in status.workers

@@ -158,6 +158,13 @@ def node(
 )
 @click.option("--worker-id", default=None)
 @click.option("--capacity", default=16, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--prefetch",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0, 1_000_000),
+    help="executions a node may send ahead of their instant, held here until it (0: none)",
+)
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False))
 def worker(
     connect: str,
@@ -165,6 +172,7 @@ def worker(
     imports: tuple[str, ...],
     worker_id: str | None,
     capacity: int,
+    prefetch: int,
     data_dir: str | None,
 ) -> None:
     """Run a worker with the handlers registered by the given modules."""
@@ -172,7 +180,9 @@ def worker(
 
     tune_gc()
     sys.exit(
-        run_worker_from_cli(connect, list(queues), list(imports), worker_id, capacity, data_dir)
+        run_worker_from_cli(
+            connect, list(queues), list(imports), worker_id, capacity, data_dir, prefetch
+        )
     )
 
 

@@ -211,6 +211,8 @@ def cluster_status_to_dict(status: scheduler_pb2.ClusterStatus) -> dict[str, Any
             "handlers": list(w.handlers),
             "capacity": w.capacity,
             "in_flight": w.in_flight,
+            "prefetch": w.prefetch,
+            "held": w.held,
             "connected_ms": w.connected_ms,
             "connected_time": iso_utc(w.connected_ms),
         }

@@ -13,7 +13,7 @@ import grpc.aio
 from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument
 from schedd.dispatch._config import DispatchConfig, DispatchStats, ExecutionAuthority, InFlight
-from schedd.dispatch._pending import PendingDispatches, accepts
+from schedd.dispatch._pending import PendingDispatches, accepts, route_of
 from schedd.dispatch._session import WorkerSession, least_loaded
 from schedd.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
 
@@ -39,6 +39,9 @@ class Dispatcher:
           Heartbeat renew; when it runs out, or the stream ends, the execution is dropped and
           handed to :meth:`ExecutionAuthority.on_lost` (expired ones also get a Cancel).
         * Dispatches with no eligible worker wait in memory, in order, until one connects.
+        * :meth:`hold` sends executions ahead of their instant (``start_at_ms``) only to a
+          worker that asked for prefetch, each with one of its prefetch credits; their lease
+          runs from the instant, not from the send.
 
     All methods must be called on the event loop the gRPC server runs on.
     """
@@ -86,15 +89,64 @@ class Dispatcher:
         execution in flight replaces that too (its old worker gets a Cancel for the old token).
         """
         for d in dispatches:
-            old = self._drop_in_flight(d.execution_id)
-            if old is not None:
-                session, flight = old
-                if flight.dispatch.fencing_token != d.fencing_token:
-                    session.send_cancel(
-                        d.execution_id, flight.dispatch.fencing_token, "resubmitted"
-                    )
+            self._replace(d)
             self._pending.add(d)
         self._schedule_pump()
+
+    def hold(self, dispatches: Sequence[worker_pb2.Dispatch]) -> list[worker_pb2.Dispatch]:
+        """Send dispatches whose ``start_at_ms`` is ahead to workers that hold them until then.
+
+        Each goes to the least loaded connected worker that may take its route and has a
+        prefetch credit, at once (never queued). One already pending or in flight is replaced
+        as by :meth:`submit`.
+
+        Returns:
+            The dispatches no worker could hold now, in order: the caller fires them at their
+            instant instead (through :meth:`submit`, with ``start_at_ms`` cleared).
+        """
+        now = self._clock.now_ms()
+        lease = self.config.lease_timeout_ms
+        holders = [
+            s
+            for s in self._sessions.values()
+            if not s.closed and s.hold_credits > 0 and s.hello.prefetch > 0
+        ]
+        if not holders:
+            return list(dispatches)
+        eligible: dict[Any, list[WorkerSession]] = {}
+        rejected: list[worker_pb2.Dispatch] = []
+        used: set[WorkerSession] = set()
+        for d in dispatches:
+            route = route_of(d)
+            candidates = eligible.get(route)
+            if candidates is None:
+                candidates = eligible[route] = [s for s in holders if accepts(s.hello, route)]
+            session: WorkerSession | None = None
+            for c in candidates:
+                if c.hold_credits > 0 and (session is None or c.load() < session.load()):
+                    session = c
+            if session is None:
+                rejected.append(d)
+                continue
+            self._replace(d)
+            session.send_dispatch(d, held=True)
+            deadline = max(now, d.start_at_ms) + lease
+            self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, deadline)
+            self._session_of[d.execution_id] = session
+            used.add(session)
+        for session in used:
+            session.flush()
+        return rejected
+
+    def _replace(self, d: worker_pb2.Dispatch) -> None:
+        """Drop what is pending or in flight under ``d``'s execution id (a Cancel to the worker
+        that has an older token)."""
+        self._pending.remove(d.execution_id)
+        old = self._drop_in_flight(d.execution_id)
+        if old is not None:
+            session, flight = old
+            if flight.dispatch.fencing_token != d.fencing_token:
+                session.send_cancel(d.execution_id, flight.dispatch.fencing_token, "resubmitted")
 
     def cancel(self, execution_id: str, token: int, reason: str) -> bool:
         """Cancel an execution under ``token`` (0: whatever token is current).
@@ -118,10 +170,16 @@ class Dispatcher:
     def forget(self, execution_ids: Iterable[str]) -> None:
         """Drop these executions from pending and in flight, with no callback (e.g. the
         partition was lost). Their later results still reach :meth:`ExecutionAuthority.on_results`.
+        A worker holding one for an instant still ahead gets a Cancel: the partition's next
+        owner hands it out again under a new token.
         """
+        now = self._clock.now_ms()
         for eid in execution_ids:
             self._pending.remove(eid)
-            self._drop_in_flight(eid)
+            dropped = self._drop_in_flight(eid)
+            if dropped is not None and dropped[1].dispatch.start_at_ms > now:
+                session, flight = dropped
+                session.send_cancel(eid, flight.dispatch.fencing_token, "partition moved")
 
     def in_flight(self) -> dict[str, InFlight]:
         """A snapshot of in-flight executions by execution id."""
@@ -133,7 +191,18 @@ class Dispatcher:
 
     def workers(self) -> list[scheduler_pb2.WorkerStatus]:
         """One entry per connected stream (a worker reconnecting may briefly appear twice)."""
-        return [s.status(self.node_id) for s in self._sessions.values() if not s.closed]
+        now = self._clock.now_ms()
+        out = []
+        for s in self._sessions.values():
+            if s.closed:
+                continue
+            held = 0
+            for eid in s.in_flight:
+                flight = self._in_flight.get(eid)
+                if flight is not None and flight.dispatch.start_at_ms > now:
+                    held += 1
+            out.append(s.status(self.node_id, held))
+        return out
 
     async def start(self) -> None:
         """Start the lease reaper and the result settler."""
@@ -171,6 +240,7 @@ class Dispatcher:
             node_id=self.node_id,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             lease_timeout_ms=self.config.lease_timeout_ms,
+            now_ms=self._clock.now_ms(),
         )
 
     async def reap_expired(self) -> list[InFlight]:
@@ -197,6 +267,8 @@ class Dispatcher:
             raise InvalidArgument("hello.capacity", f"must be positive, got {hello.capacity}")
         if not hello.queues:
             raise InvalidArgument("hello.queues", "must name at least one queue")
+        if hello.prefetch < 0:
+            raise InvalidArgument("hello.prefetch", f"must not be negative, got {hello.prefetch}")
         self._next_session_id += 1
         session = WorkerSession(
             self._next_session_id,
@@ -234,9 +306,19 @@ class Dispatcher:
         self.stats.worker_batches_received += 1
         if batch.credits < 0:
             raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
+        if batch.prefetch_credits < 0:
+            raise InvalidArgument(
+                "batch.prefetch_credits", f"must not be negative, got {batch.prefetch_credits}"
+            )
         if batch.credits:
             session.credits += batch.credits
             self._schedule_pump()
+        if batch.prefetch_credits:
+            if session.hello.prefetch <= 0:
+                raise InvalidArgument(
+                    "batch.prefetch_credits", "granted by a worker whose Hello asked for none"
+                )
+            session.hold_credits += batch.prefetch_credits
         if batch.started:
             self._renew(session, [(s.execution_id, s.fencing_token) for s in batch.started])
             started = list(batch.started)

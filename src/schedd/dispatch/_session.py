@@ -54,6 +54,9 @@ class WorkerSession:
         self.connected_ms = connected_ms
         #: Credits granted and not yet used by a dispatch.
         self.credits = 0
+        #: Prefetch credits granted and not yet used by a dispatch sent ahead of its instant
+        #: (only a worker whose Hello asked for ``prefetch`` grants them).
+        self.hold_credits = 0
         #: Execution ids in flight on this stream.
         self.in_flight: set[str] = set()
         self.closed = False
@@ -79,9 +82,13 @@ class WorkerSession:
         """In-flight executions relative to capacity (lower: less loaded)."""
         return len(self.in_flight) / max(1, self.hello.capacity)
 
-    def send_dispatch(self, dispatch: worker_pb2.Dispatch) -> None:
-        """Buffer a dispatch, using one credit (the caller checked there was one)."""
-        self.credits -= 1
+    def send_dispatch(self, dispatch: worker_pb2.Dispatch, held: bool = False) -> None:
+        """Buffer a dispatch, using one credit (a prefetch credit if ``held``; the caller
+        checked there was one)."""
+        if held:
+            self.hold_credits -= 1
+        else:
+            self.credits -= 1
         self.in_flight.add(dispatch.execution_id)
         size = len(dispatch.payload) + len(dispatch.checkpoint) + len(dispatch.target)
         if size > 4096 and self._items and self._bytes + size > self._max_bytes:
@@ -176,7 +183,7 @@ class WorkerSession:
         self.closed = True
         self._wake_writer()
 
-    def status(self, node_id: str) -> scheduler_pb2.WorkerStatus:
+    def status(self, node_id: str, held: int = 0) -> scheduler_pb2.WorkerStatus:
         return scheduler_pb2.WorkerStatus(
             worker_id=self.worker_id,
             node_id=node_id,
@@ -185,6 +192,8 @@ class WorkerSession:
             capacity=self.hello.capacity,
             in_flight=len(self.in_flight),
             connected_ms=self.connected_ms,
+            prefetch=self.hello.prefetch,
+            held=held,
         )
 
 

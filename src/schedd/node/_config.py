@@ -32,6 +32,11 @@ class NodeConfig:
         tick_ms: timer wheel tick (a timer fires at the end of its tick: the lateness floor).
         fire_slice: most fires dispatched on one event-loop pass; the partitions due beyond it
             fire on the next pass, after the stream writes of the first (0: no limit).
+        hold_ms: how long before its instant an execution may be sent to a worker that holds
+            it (one whose Hello asked for prefetch) and starts it then by its own timer, so a
+            burst's fire instant involves no node and no network. Only jobs whose overlap
+            policy is ALLOW (the decision cannot depend on what runs at the instant); when no
+            worker can hold it, it fires at its instant as usual (0: never sent ahead).
         session_ttl_s: the node lease's TTL (ownership is lost this long after a crash).
         max_clock_skew_ms: a node further than this from the cluster's median clock owns nothing.
         claim_batch: most due entries claimed in one round.
@@ -60,6 +65,7 @@ class NodeConfig:
     grace_ms: int = 1_000
     tick_ms: int = 1
     fire_slice: int = 512
+    hold_ms: int = 2_000
     session_ttl_s: int = 5
     max_clock_skew_ms: int = 500
     claim_batch: int = 4096

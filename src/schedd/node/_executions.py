@@ -45,12 +45,14 @@ class Live:
     dispatched: bool = False
     cancelling: bool = False
     buffered: bool = False
+    # Fired ahead of its instant once and no worker could hold it: fire it at the instant.
+    hold_refused: bool = False
     # Built when the claim lands (seconds before the fire), so firing only hands it over.
     message: worker_pb2.Dispatch | None = None
 
 
 class Outcomes(Protocol):
-    def prepare(self, runner: PartitionRunner, live: Live) -> None: ...
+    def prepare(self, runner: PartitionRunner, live: Live) -> int: ...
     async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None: ...
     def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None: ...
     def recorded(self, executions: Sequence[execution_pb2.Execution]) -> None: ...
@@ -138,12 +140,21 @@ class ExecutionManager:
 
     # -- Outcomes (called by partition runners) -------------------------------------------------
 
-    def prepare(self, runner: PartitionRunner, live: Live) -> None:
-        """Builds the dispatch message ahead of the fire (its deadline counts from due_ms)."""
+    def prepare(self, runner: PartitionRunner, live: Live) -> int:
+        """Builds the dispatch message ahead of the fire (its deadline counts from due_ms).
+
+        Returns:
+            When its timer should fire: ``hold_ms`` before the instant for a job whose overlap
+            policy cannot depend on the instant (ALLOW), so a worker may hold it; else the
+            instant.
+        """
         cached = runner.jobs.get(live.ex.job_id)
-        live.message = self._dispatch_message(
-            live.ex, cached.job if cached else None, live.ex.due_ms
-        )
+        job = cached.job if cached else None
+        live.message = self._dispatch_message(live.ex, job, live.ex.due_ms)
+        hold = self.config.hold_ms
+        if hold > 0 and job is not None and job.overlap in _HOLDABLE:
+            return live.ex.due_ms - hold
+        return live.ex.due_ms
 
     async def fire(self, runner: PartitionRunner, lives: list[Live]) -> None:
         """The wheel fired these: apply overlap policies, dispatch the rest in one batch.
@@ -213,17 +224,16 @@ class ExecutionManager:
         if not lives or self.dispatcher is None:
             return
         out = []
+        early: list[Live] = []
         running = self.running
         dispatched = execution_pb2.EXECUTION_DISPATCHED
         for live in lives:
             ex = live.ex
+            if ex.due_ms > now and not live.hold_refused:
+                early.append(live)
+                continue
+            self._mark_dispatched(live, now)
             job_id = ex.job_id
-            live.dispatched = True
-            if live.buffered:
-                live.buffered = False
-                self.buffered.pop(job_id, None)
-            ex.dispatched_ms = now
-            ex.state = dispatched
             if job_id in running:
                 self._mark_running(job_id, ex.id)
             else:
@@ -234,7 +244,52 @@ class ExecutionManager:
                 msg = self._dispatch_message(ex, cached.job if cached else None, now)
             live.message = None
             out.append(msg)
-        self.dispatcher.submit(out)
+            ex.state = dispatched
+        if out:
+            self.dispatcher.submit(out)
+        if early:
+            self._hold(runner, early, now)
+
+    def _mark_dispatched(self, live: Live, now: int) -> None:
+        live.dispatched = True
+        if live.buffered:
+            live.buffered = False
+            self.buffered.pop(live.ex.job_id, None)
+        live.ex.dispatched_ms = now
+
+    def _hold(self, runner: PartitionRunner, lives: list[Live], now: int) -> None:
+        """Fired ahead of their instant: a worker that can hold them gets them now; the rest
+        are armed again for the instant itself."""
+        assert self.dispatcher is not None
+        msgs = []
+        for live in lives:
+            ex = live.ex
+            msg = live.message
+            if msg is None or msg.fencing_token != ex.fencing_token:
+                cached = runner.jobs.get(ex.job_id)
+                msg = live.message = self._dispatch_message(
+                    ex, cached.job if cached else None, ex.due_ms
+                )
+            msg.start_at_ms = ex.due_ms
+            msgs.append(msg)
+        refused = self.dispatcher.hold(msgs)
+        back = {d.execution_id for d in refused}
+        running = self.running
+        for live in lives:
+            ex = live.ex
+            if ex.id in back:
+                live.hold_refused = True
+                if live.message is not None:
+                    live.message.start_at_ms = 0
+                live.timer = runner.driver.add(ex.due_ms, ex.id)
+                continue
+            self._mark_dispatched(live, now)
+            live.message = None
+            ex.state = execution_pb2.EXECUTION_DISPATCHED
+            if ex.job_id in running:
+                self._mark_running(ex.job_id, ex.id)
+            else:
+                running[ex.job_id] = ex.id
 
     def _dispatch_message(
         self, ex: execution_pb2.Execution, job: job_pb2.Job | None, now: int
@@ -536,6 +591,11 @@ class ExecutionManager:
             "partition %d: redelivering %d executions (%s)", runner.partition, len(resend), reason
         )
         self._dispatch(runner, resend, self.clock.now_ms())
+
+
+#: Overlap policies whose decision does not depend on what runs at the instant: an execution
+#: of such a job may be sent ahead to a worker that holds it.
+_HOLDABLE = frozenset({job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED})
 
 
 def _finish(ex: execution_pb2.Execution, r: worker_pb2.Result, now: int) -> None:

@@ -194,8 +194,8 @@ class PartitionRunner:
     def _arm(self, ex: execution_pb2.Execution) -> None:
         live = Live(ex)
         self.live[ex.id] = live
-        self.out.prepare(self, live)
-        live.timer = self.driver.add(max(ex.due_ms, self.clock.now_ms()), ex.id)
+        fire_ms = self.out.prepare(self, live)
+        live.timer = self.driver.add(max(fire_ms, self.clock.now_ms()), ex.id)
 
     # -- claims -----------------------------------------------------------------------------
 

@@ -688,12 +688,17 @@ class WorkerStatus(_message.Message):
     CAPACITY_FIELD_NUMBER: _builtins.int
     IN_FLIGHT_FIELD_NUMBER: _builtins.int
     CONNECTED_MS_FIELD_NUMBER: _builtins.int
+    PREFETCH_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     node_id: _builtins.str
     """The node whose stream it is connected to."""
     capacity: _builtins.int
     in_flight: _builtins.int
     connected_ms: _builtins.int
+    prefetch: _builtins.int
+    """How many not-yet-due executions it holds at most, and how many of in_flight it holds now."""
+    held: _builtins.int
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -708,10 +713,12 @@ class WorkerStatus(_message.Message):
         capacity: _builtins.int = ...,
         in_flight: _builtins.int = ...,
         connected_ms: _builtins.int = ...,
+        prefetch: _builtins.int = ...,
+        held: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "connected_ms", b"connected_ms", "handlers", b"handlers", "in_flight", b"in_flight", "node_id", b"node_id", "queues", b"queues", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "connected_ms", b"connected_ms", "handlers", b"handlers", "held", b"held", "in_flight", b"in_flight", "node_id", b"node_id", "prefetch", b"prefetch", "queues", b"queues", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

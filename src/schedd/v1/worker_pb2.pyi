@@ -69,6 +69,7 @@ class Hello(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     ACCEPTS_HTTP_FIELD_NUMBER: _builtins.int
     ACCEPTS_SHELL_FIELD_NUMBER: _builtins.int
+    PREFETCH_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Stable across restarts of the same worker (its ledger is keyed by it)."""
     capacity: _builtins.int
@@ -77,6 +78,12 @@ class Hello(_message.Message):
     accepts_http: _builtins.bool
     """Whether it runs http and shell jobs."""
     accepts_shell: _builtins.bool
+    prefetch: _builtins.int
+    """How many executions not yet due it holds at once (0: none). A node may send an execution
+    up to a couple of seconds before its instant, with start_at_ms set; the worker starts it
+    at that instant by the node's clock, so at the fire instant no node and no network is
+    involved. Held executions have credits of their own (prefetch_credits).
+    """
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -91,10 +98,11 @@ class Hello(_message.Message):
         version: _builtins.str = ...,
         accepts_http: _builtins.bool = ...,
         accepts_shell: _builtins.bool = ...,
+        prefetch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_http", b"accepts_http", "accepts_shell", b"accepts_shell", "capacity", b"capacity", "handlers", b"handlers", "queues", b"queues", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_http", b"accepts_http", "accepts_shell", b"accepts_shell", "capacity", b"capacity", "handlers", b"handlers", "prefetch", b"prefetch", "queues", b"queues", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -203,11 +211,16 @@ class WorkerBatch(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CREDITS_FIELD_NUMBER: _builtins.int
+    PREFETCH_CREDITS_FIELD_NUMBER: _builtins.int
     STARTED_FIELD_NUMBER: _builtins.int
     HEARTBEATS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
     credits: _builtins.int
     """Additional credits granted with this message."""
+    prefetch_credits: _builtins.int
+    """Additional credits for held executions (dispatches with a future start_at_ms): one comes
+    back when a held execution finished, was cancelled or was answered from the ledger.
+    """
     @_builtins.property
     def started(self) -> _containers.RepeatedCompositeFieldContainer[Global___Started]: ...
     @_builtins.property
@@ -218,13 +231,14 @@ class WorkerBatch(_message.Message):
         self,
         *,
         credits: _builtins.int = ...,
+        prefetch_credits: _builtins.int = ...,
         started: _abc.Iterable[Global___Started] | None = ...,
         heartbeats: _abc.Iterable[Global___Heartbeat] | None = ...,
         results: _abc.Iterable[Global___Result] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "heartbeats", b"heartbeats", "results", b"results", "started", b"started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "heartbeats", b"heartbeats", "prefetch_credits", b"prefetch_credits", "results", b"results", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -263,21 +277,25 @@ class Welcome(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     LEASE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     heartbeat_interval_ms: _builtins.int
     """How often the worker should heartbeat a running execution."""
     lease_timeout_ms: _builtins.int
     """An execution whose lease is not renewed within this is redelivered."""
+    now_ms: _builtins.int
+    """The node's clock when it sent this: a worker starts held executions on the node's clock."""
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         lease_timeout_ms: _builtins.int = ...,
+        now_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_ms", b"heartbeat_interval_ms", "lease_timeout_ms", b"lease_timeout_ms", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_ms", b"heartbeat_interval_ms", "lease_timeout_ms", b"lease_timeout_ms", "node_id", b"node_id", "now_ms", b"now_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -301,6 +319,7 @@ class Dispatch(_message.Message):
     HAS_CHECKPOINT_FIELD_NUMBER: _builtins.int
     TARGET_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    START_AT_MS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     job_id: _builtins.str
     tenant: _builtins.str
@@ -317,6 +336,10 @@ class Dispatch(_message.Message):
     target: _builtins.bytes
     """For http and shell jobs: the target, as a serialized schedd.v1.Job (only its target set)."""
     max_attempts: _builtins.int
+    start_at_ms: _builtins.int
+    """When set and in the future (node's clock): hold the execution and start it then. Sent only
+    to a worker whose Hello asked for prefetch, and only with a prefetch credit.
+    """
     def __init__(
         self,
         *,
@@ -334,10 +357,11 @@ class Dispatch(_message.Message):
         has_checkpoint: _builtins.bool = ...,
         target: _builtins.bytes = ...,
         max_attempts: _builtins.int = ...,
+        start_at_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "deadline_ms", b"deadline_ms", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "handler", b"handler", "has_checkpoint", b"has_checkpoint", "job_id", b"job_id", "max_attempts", b"max_attempts", "payload", b"payload", "queue", b"queue", "scheduled_ms", b"scheduled_ms", "target", b"target", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "deadline_ms", b"deadline_ms", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "handler", b"handler", "has_checkpoint", b"has_checkpoint", "job_id", b"job_id", "max_attempts", b"max_attempts", "payload", b"payload", "queue", b"queue", "scheduled_ms", b"scheduled_ms", "start_at_ms", b"start_at_ms", "target", b"target", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

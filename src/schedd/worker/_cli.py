@@ -17,6 +17,7 @@ def run_worker_from_cli(
     worker_id: str | None,
     capacity: int,
     data_dir: str | None,
+    prefetch: int = 10_000,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
@@ -28,6 +29,7 @@ def run_worker_from_cli(
         worker_id: Stable id (None: kept in ``data_dir/worker_id``).
         capacity: Executions run at once.
         data_dir: Ledger and checkpoints (None: a temporary directory).
+        prefetch: Executions held ahead of their instant (0: none).
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -39,6 +41,7 @@ def run_worker_from_cli(
             queues=queues or ["default"],
             worker_id=worker_id,
             capacity=capacity,
+            prefetch=prefetch,
             data_dir=data_dir,
         )
         for name in imports:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,11 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 _FLUSH_S = 0.002
 _MAX_BATCH = 512
+#: An outgoing WorkerBatch is sealed (and the next one started) at this many items, or once
+#: its results carry this many bytes of output and errors: a node's default receive limit is
+#: 4 MiB, and a burst's results pile up while a write is in flight.
+MAX_ITEMS = 4096
+MAX_RESULT_BYTES = 3 << 20
 _BACKOFF_MIN_S = 0.1
 _BACKOFF_MAX_S = 5.0
 
@@ -40,12 +46,17 @@ class CreditPool:
     Invariant: free + (credits granted and unused, over all streams) + (executions holding a
     slot) == capacity. A freed slot goes to the live stream with the fewest outstanding
     (unused + running), so a node that joins later gets its share as work finishes.
+
+    With ``hold=True`` the pool counts prefetch credits instead: slots for executions sent
+    ahead of their instant (a stream's ``hold_unused`` and ``held``, granted as
+    ``prefetch_credits``).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, hold: bool = False) -> None:
         self.capacity = capacity
         self.free = capacity
         self.accepting = True
+        self.hold = hold
         self._conns: list[NodeConnection] = []
         self._held = 0
 
@@ -56,13 +67,17 @@ class CreditPool:
     def detach(self, conn: NodeConnection) -> None:
         if conn in self._conns:
             self._conns.remove(conn)
-        self.free += conn.unused
-        conn.unused = 0
+        if self.hold:
+            self.free += conn.hold_unused
+            conn.hold_unused = 0
+        else:
+            self.free += conn.unused
+            conn.unused = 0
         self.distribute()
 
-    def release(self) -> None:
-        """An execution (or an unused dispatch credit) gave its slot back."""
-        self.free += 1
+    def release(self, n: int = 1) -> None:
+        """Executions (or unused dispatch credits) gave their slots back."""
+        self.free += n
         if not self._held:
             self.distribute()
 
@@ -78,16 +93,25 @@ class CreditPool:
             if not self._held:
                 self.distribute()
 
+    def _outstanding(self, conn: NodeConnection) -> int:
+        return conn.hold_unused + conn.held if self.hold else conn.unused + conn.running
+
+    def _grant(self, conn: NodeConnection, n: int) -> None:
+        if self.hold:
+            conn.grant_hold(n)
+        else:
+            conn.grant(n)
+
     def distribute(self) -> None:
         if not (self.accepting and self.free > 0 and self._conns):
             return
         if len(self._conns) == 1:
-            self._conns[0].grant(self.free)
+            self._grant(self._conns[0], self.free)
             self.free = 0
             return
         while self.free > 0:
-            conn = min(self._conns, key=lambda c: c.unused + c.running)
-            conn.grant(1)
+            conn = min(self._conns, key=self._outstanding)
+            self._grant(conn, 1)
             self.free -= 1
 
 
@@ -106,10 +130,18 @@ class NodeConnection:
         self.unused = 0
         #: Executions holding a slot whose results go out on this connection.
         self.running = 0
+        #: Prefetch credits granted on the current stream and not yet used, and executions
+        #: this stream sent ahead of their instant that hold a prefetch slot.
+        self.hold_unused = 0
+        self.held = 0
+        #: The node's clock minus the worker's, measured at the Welcome (ms).
+        self.clock_offset_ms = 0
         self.messages_received = 0
         self._worker = worker
         self._message, self._batch = _new_message()
         self._items = 0
+        self._bytes = 0
+        self._sealed: deque[worker_pb2.WorkerMessage] = deque()
         # Started notices not yet written: execution id -> (token, started ms). One whose
         # Result leaves in the same batch is dropped (the Result says all it would).
         self._started: dict[str, tuple[int, int]] = {}
@@ -122,6 +154,11 @@ class NodeConnection:
     def grant(self, n: int) -> None:
         self.unused += n
         self._batch.credits += n
+        self._added()
+
+    def grant_hold(self, n: int) -> None:
+        self.hold_unused += n
+        self._batch.prefetch_credits += n
         self._added()
 
     def add_started(self, execution_id: str, token: int, started_ms: int) -> None:
@@ -142,8 +179,9 @@ class NodeConnection:
         (built in place, never copied), else a loose one (it stays in the ledger only)."""
         if not self.live:
             return worker_pb2.Result()
-        self._added()
-        return self._batch.results.add()
+        result = self._batch.results.add()
+        self._added()  # may seal the batch it is in: it is still filled in place
+        return result
 
     def add_result(self, result: worker_pb2.Result) -> None:
         if not self.live:
@@ -156,20 +194,41 @@ class NodeConnection:
         self._batch.results.append(result)
         self._added()
 
+    def result_bytes(self, n: int) -> None:
+        """The result just queued carries ``n`` bytes of output and error."""
+        self._bytes += n
+        if self._bytes >= MAX_RESULT_BYTES and self.live:
+            self._seal()
+
     def _added(self) -> None:
         if not self.live:
             return
         self._items += 1
         if self._items >= _MAX_BATCH:
+            if self._items >= MAX_ITEMS:
+                self._seal()
             self._wake.set()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._wake.set)
 
+    def _seal(self) -> None:
+        """Close the current batch as a message of its own; the writer sends it next."""
+        msg = self._detach()
+        if msg is not None:
+            self._sealed.append(msg)
+        self._wake.set()
+
     def _take(self) -> worker_pb2.WorkerMessage | None:
+        if self._sealed:
+            return self._sealed.popleft()
+        return self._detach()
+
+    def _detach(self) -> worker_pb2.WorkerMessage | None:
+        """The current batch as a message (its Started notices added), replaced by a new one."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._items and not self._batch.credits:
+        if not self._items and not self._batch.credits and not self._batch.prefetch_credits:
             return None
         started = self._started
         if started:
@@ -183,7 +242,7 @@ class NodeConnection:
             started.clear()
         msg = self._message
         self._message, self._batch = _new_message()
-        self._items = 0
+        self._items = self._bytes = 0
         return msg
 
     # ---- the stream ---------------------------------------------------------------------------
@@ -219,19 +278,25 @@ class NodeConnection:
             if not isinstance(first, worker_pb2.NodeMessage) or not first.HasField("welcome"):
                 raise ConnectionError(f"{self.endpoint} did not answer Hello with Welcome")
             self.welcome = first.welcome
+            if first.welcome.now_ms:
+                self.clock_offset_ms = first.welcome.now_ms - self._worker.clock_ms()
             log.info("connected to node %s at %s", first.welcome.node_id, self.endpoint)
             self.live = True
             self._worker.pool.attach(self)
+            self._worker.holds.attach(self)
             writer = asyncio.create_task(self._write_loop(call))
             try:
                 await self._read_loop(call)
             finally:
                 self.live = False
                 self._worker.pool.detach(self)
+                self._worker.holds.detach(self)
+                self._worker.stream_ended(self)
                 writer.cancel()
                 await asyncio.gather(writer, return_exceptions=True)
                 self._message, self._batch = _new_message()
-                self._items = 0
+                self._items = self._bytes = 0
+                self._sealed.clear()
                 self._started.clear()
                 call.cancel()
             return True
@@ -253,10 +318,13 @@ class NodeConnection:
     async def _write_loop(self, call: Any) -> None:
         while True:
             await self._wake.wait()
+            await self._worker.starting()  # a burst of held starts goes first
             self._wake.clear()
-            self._worker.ledger.flush()
-            msg = self._take()
-            if msg is not None:
+            while True:  # sealed batches first, then the current one
+                self._worker.ledger.flush()
+                msg = self._take()
+                if msg is None:
+                    break
                 await call.write(msg)
             if self._closing.is_set():
                 await call.done_writing()

@@ -26,6 +26,8 @@ from schedd.worker._timers import DeadlineQueue
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Context, Any], Any]
+#: ``Execution.payload`` before the payload was decoded (it is decoded ahead for held ones).
+UNDECODED: Any = object()
 #: How long a cancelled async handler gets to unwind before its outcome is reported anyway.
 _CANCEL_GRACE_S = 5.0
 
@@ -95,7 +97,10 @@ def begin(
         )
     if d.deadline_ms and d.deadline_ms <= now_ms:
         return Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed before start")
-    payload = decode_payload(d.payload)
+    payload = ex.payload
+    if payload is UNDECODED:
+        payload = decode_payload(d.payload)
+    ex.payload = None  # handed to the handler: not kept alive by the attempt
     if not handler.is_async:
         return threads.submit(handler.fn, ex.ctx, payload)
     try:
@@ -133,7 +138,9 @@ class Execution:
         "ctx",
         "finished",
         "future",
+        "held",
         "outcome",
+        "payload",
         "started_ms",
     )
 
@@ -143,6 +150,10 @@ class Execution:
         self.ctx = ctx
         self.conn = conn
         self.started_ms = 0
+        #: Sent ahead of its instant: it holds a prefetch slot, not a capacity credit.
+        self.held = False
+        #: The decoded payload, when decoded ahead of the start (else UNDECODED).
+        self.payload: Any = UNDECODED
         #: The running handler (set by watch()).
         self.future: asyncio.Future[Any] | None = None
         #: Resolves once the result is reported (or the attempt aborted); set while it is

@@ -58,10 +58,12 @@ class Ledger:
         return found
 
     def record(self, result: worker_pb2.Result) -> None:
-        """Remember a finished attempt (if its outcome is final; see RECORDED_OUTCOMES)."""
-        if result.outcome not in RECORDED_OUTCOMES:
-            return
-        with self._lock:
+        """Remember a finished attempt (if its outcome is final; see RECORDED_OUTCOMES).
+
+        Called on the event loop's thread only, like :meth:`flush` (one dict store, atomic
+        under the GIL: no lock on the per-result path).
+        """
+        if result.outcome in RECORDED_OUTCOMES:
             self._buffer[result.execution_id] = result
 
     def flush(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -10,17 +11,19 @@ import signal
 import socket
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 import schedd
 from schedd._clock import Clock, SystemClock
+from schedd._gc import freeze_survivors
 from schedd.v1 import worker_pb2
 from schedd.worker._connection import CreditPool, NodeConnection
-from schedd.worker._context import Context
+from schedd.worker._context import Context, decode_payload
 from schedd.worker._execution import Execution, Handler, Outcome, RegisteredHandler, begin
+from schedd.worker._hold import Held, HoldQueue
 from schedd.worker._ledger import DEFAULT_TTL_S, Ledger
 from schedd.worker._threads import ThreadBridge
 from schedd.worker._timers import DeadlineQueue, HeartbeatTicker
@@ -28,6 +31,8 @@ from schedd.worker._timers import DeadlineQueue, HeartbeatTicker
 log = logging.getLogger(__name__)
 _H = TypeVar("_H", bound=Handler)
 _SHUTDOWN_REASON = "worker shutting down"
+#: A NodeBatch holding at least this many executions for later freezes what is alive.
+_FREEZE_AFTER = 256
 
 
 class Worker:
@@ -36,6 +41,12 @@ class Worker:
     ``worker.run()`` opens one stream to *every* endpoint (each node dispatches its own
     partitions) and keeps them open, reconnecting with exponential backoff and full jitter,
     until :meth:`stop`. At most ``capacity`` executions run at once across all streams.
+
+    With ``prefetch`` > 0 a node may also send up to that many executions ahead of their
+    instant (a couple of seconds); the worker holds them and starts each at its instant by its
+    own timer (see ``schedd.worker._hold``), while fewer than ``capacity`` run. A held
+    execution that cannot start then waits for a slot; it is dropped unstarted if its stream
+    ends first (the node hands it out again).
 
     Every finished attempt is recorded in a RocksDB ledger at ``data_dir/ledger`` before its
     Result is sent; a redelivered execution the ledger has as SUCCEEDED (or whose same attempt
@@ -61,6 +72,7 @@ class Worker:
         queues: Sequence[str] = ("default",),
         worker_id: str | None = None,
         capacity: int = 16,
+        prefetch: int = 10_000,
         data_dir: str | Path | None = None,
         heartbeat_interval_s: float | None = None,
         shutdown_timeout_s: float = 30.0,
@@ -73,11 +85,14 @@ class Worker:
             raise ValueError("endpoints: give at least one node address")
         if capacity <= 0:
             raise ValueError(f"capacity: must be positive, got {capacity}")
+        if prefetch < 0:
+            raise ValueError(f"prefetch: must not be negative, got {prefetch}")
         if not queues:
             raise ValueError("queues: give at least one queue")
         self.endpoints = eps
         self.queues = list(queues)
         self.capacity = capacity
+        self.prefetch = prefetch
         self.shutdown_timeout_s = shutdown_timeout_s
         self._explicit_data_dir = data_dir is not None
         self.data_dir = Path(data_dir) if data_dir is not None else None
@@ -95,6 +110,10 @@ class Worker:
         self._deadlines: DeadlineQueue
         self._beats: HeartbeatTicker
         self.pool = CreditPool(capacity)
+        self.holds = CreditPool(prefetch, hold=True)
+        self._hold: HoldQueue | None = None
+        #: Executions started and not yet reported (held ones start only while < capacity).
+        self._active = 0
         self.ledger: Ledger
 
     # ---- registration -------------------------------------------------------------------------
@@ -127,7 +146,22 @@ class Worker:
             handlers=self.handler_names,
             capacity=self.capacity,
             version=schedd.__version__,
+            prefetch=self.prefetch,
         )
+
+    def clock_ms(self) -> int:
+        """The worker's clock (ms since the epoch)."""
+        return self._clock.now_ms()
+
+    async def starting(self) -> None:
+        """Returns once no burst of held executions is starting (see HoldQueue.starting)."""
+        if self._hold is not None:
+            await self._hold.starting()
+
+    @property
+    def held_count(self) -> int:
+        """Executions held for their instant (not started yet)."""
+        return len(self._hold) if self._hold is not None else 0
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -140,6 +174,13 @@ class Worker:
         self._threads = ThreadBridge(loop, self._executor)
         self._deadlines = DeadlineQueue(loop)
         self._beats = HeartbeatTicker(loop, self._beating, self._beat_interval)
+        self._hold = HoldQueue(
+            loop,
+            self._clock.now_ms,
+            lambda: self._active < self.capacity,
+            self._start_held,
+            self._holding,
+        )
         self._stopped = asyncio.Event()
         self._conns = [NodeConnection(self, ep) for ep in self.endpoints]
         tasks = [
@@ -154,6 +195,7 @@ class Worker:
             for ex in list(self._running.values()):
                 ex.abort()
             self._running.clear()
+            self._hold.close()
             self._deadlines.close()
             self._beats.close()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -164,6 +206,13 @@ class Worker:
         ``shutdown_timeout_s``, then cancel the rest (reported as OUTCOME_CANCELLED).
         :meth:`run` returns once the results are sent."""
         self.pool.accepting = False
+        self.holds.accepting = False
+        if self._hold is not None:  # not started: give them back for another worker
+            for h in self._hold.take_all():
+                h.conn.add_result(
+                    self._result(h.dispatch, worker_pb2.OUTCOME_CANCELLED, error=_SHUTDOWN_REASON)
+                )
+                self._give_back(h.conn, held=True)
         if graceful and self._running:
             await asyncio.wait(self._finished_futures(), timeout=self.shutdown_timeout_s)
         for ex in list(self._running.values()):
@@ -197,6 +246,8 @@ class Worker:
             log.info("pruned %d ledger entries older than %.0f s", pruned, self._ledger_ttl_s)
         self._executor = ThreadPoolExecutor(self._thread_pool_size, thread_name_prefix="schedd-h")
         self.pool = CreditPool(self.capacity)
+        self.holds = CreditPool(self.prefetch, hold=True)
+        self._active = 0
 
     def _close(self) -> None:
         self.ledger.close()
@@ -214,12 +265,9 @@ class Worker:
     # ---- node messages ------------------------------------------------------------------------
 
     def on_node_batch(self, conn: NodeConnection, batch: worker_pb2.NodeBatch) -> None:
-        """Apply a NodeBatch: cancels, then acks, then dispatches."""
-        for c in batch.cancels:
-            ex = self._running.get(c.execution_id)
-            if ex is not None and c.fencing_token in (0, ex.dispatch.fencing_token):
-                log.info("execution %s cancelled by the node: %s", c.execution_id, c.reason)
-                ex.ctx.cancel(c.reason or "cancelled by the node")
+        """Apply a NodeBatch: cancels, then acks, then dispatches, then the cancels that
+        matched nothing before (a batch may carry a dispatch and its cancel together)."""
+        unmatched = [c for c in batch.cancels if not self._cancel(c)]
         for ack in batch.acks:
             if not ack.accepted:
                 log.warning(
@@ -231,32 +279,134 @@ class Worker:
                 )
         dispatches = batch.dispatches
         if dispatches:
-            conn.unused -= len(dispatches)
-            with self.pool.holding():
+            held = 0
+            with self.pool.holding(), self.holds.holding():
                 for d in dispatches:
-                    self._on_dispatch(conn, d)
+                    if d.start_at_ms:
+                        held += 1
+                        conn.hold_unused -= 1
+                        conn.held += 1
+                        self._on_held(conn, d)
+                    else:
+                        conn.unused -= 1
+                        self._on_dispatch(conn, d)
+            if held >= _FREEZE_AFTER:
+                # They live until their instant: keep the cycle collector from walking them
+                # again at every older-generation collection (see schedd._gc).
+                freeze_survivors()
+        if dispatches and unmatched:
+            for c in unmatched:
+                self._cancel(c)
 
-    def _on_dispatch(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
+    def _cancel(self, c: worker_pb2.Cancel) -> bool:
+        """Cancel what runs or is held under ``c``'s token; False if nothing matched."""
+        ex = self._running.get(c.execution_id)
+        if ex is not None and c.fencing_token in (0, ex.dispatch.fencing_token):
+            log.info("execution %s cancelled by the node: %s", c.execution_id, c.reason)
+            ex.ctx.cancel(c.reason or "cancelled by the node")
+            return True
+        return self._hold is not None and self._cancel_held(c)
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[None]:
+        """Grant the slots freed inside the block once, at its end."""
+        with self.pool.holding(), self.holds.holding():
+            yield
+
+    def _give_back(self, conn: NodeConnection, held: bool) -> None:
+        """The slot a dispatch used (a prefetch one if ``held``) is free again."""
+        if held:
+            conn.held -= 1
+            self.holds.release()
+        else:
+            self.pool.release()
+
+    def _on_dispatch(
+        self,
+        conn: NodeConnection,
+        d: worker_pb2.Dispatch,
+        held: bool = False,
+        checked: bool = False,
+        prepared: Execution | None = None,
+    ) -> None:
         if not self.pool.accepting:
             conn.add_result(self._result(d, worker_pb2.OUTCOME_CANCELLED, error=_SHUTDOWN_REASON))
-            self.pool.release()
+            self._give_back(conn, held)
             return
         current = self._running.get(d.execution_id)
         if current is not None and self._reattach(current, conn, d):
-            self.pool.release()
+            self._give_back(conn, held)
             return
+        if not checked and self._answer_from_ledger(conn, d):
+            self._give_back(conn, held)
+            return
+        self._start(conn, d, previous=current, held=held, prepared=prepared)
+
+    def _answer_from_ledger(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> bool:
         known = self.ledger.get(d.execution_id)
-        if known is not None and (
+        if known is None or not (
             known.outcome == worker_pb2.OUTCOME_SUCCEEDED or known.attempt == d.attempt
         ):
-            answer = worker_pb2.Result()
-            answer.CopyFrom(known)
-            answer.fencing_token = d.fencing_token
-            answer.from_ledger = True
-            conn.add_result(answer)
-            self.pool.release()
+            return False
+        answer = worker_pb2.Result()
+        answer.CopyFrom(known)
+        answer.fencing_token = d.fencing_token
+        answer.from_ledger = True
+        conn.add_result(answer)
+        return True
+
+    def _on_held(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
+        """A dispatch sent ahead of its instant: answer it now if we can, else hold it."""
+        hold = self._hold
+        if not self.pool.accepting or hold is None:
+            conn.add_result(self._result(d, worker_pb2.OUTCOME_CANCELLED, error=_SHUTDOWN_REASON))
+            self._give_back(conn, held=True)
             return
-        self._start(conn, d, previous=current)
+        if d.execution_id not in self._running and self._answer_from_ledger(conn, d):
+            self._give_back(conn, held=True)
+            return
+        local_ms = d.start_at_ms - conn.clock_offset_ms
+        if local_ms <= self._clock.now_ms() and self._active < self.capacity:
+            self._on_dispatch(conn, d, held=True, checked=True)
+            return
+        old = hold.add(Held(conn, d, local_ms, self._prepare(conn, d, held=True)))
+        if old is not None:  # the node sent it again (a new token): the old one is void
+            self._give_back(old.conn, held=True)
+
+    def _start_held(self, h: Held) -> None:
+        """A held execution's instant came (and a slot is free): run it."""
+        ex = h.ex
+        if ex is not None and h.eid not in self._running and self.pool.accepting:
+            self._active += 1  # the common case: what _on_dispatch and _start would do
+            self._begin(ex)
+            return
+        self._on_dispatch(h.conn, h.dispatch, held=True, checked=True, prepared=ex)
+
+    def _cancel_held(self, c: worker_pb2.Cancel) -> bool:
+        assert self._hold is not None
+        h = self._hold.by_id.get(c.execution_id)
+        if h is None or c.fencing_token not in (0, h.dispatch.fencing_token):
+            return False
+        self._hold.take(c.execution_id)
+        log.info("held execution %s cancelled by the node: %s", c.execution_id, c.reason)
+        h.conn.add_result(
+            self._result(
+                h.dispatch, worker_pb2.OUTCOME_CANCELLED, error=c.reason or "cancelled by the node"
+            )
+        )
+        self._give_back(h.conn, held=True)
+        return True
+
+    def stream_ended(self, conn: NodeConnection) -> None:
+        """Held executions of a stream that ended are dropped unstarted: the node hands them
+        out again under a new token, so starting them here would only run them twice."""
+        if self._hold is None:
+            return
+        gone = self._hold.drop_stream(conn)
+        if gone:
+            log.info("stream to %s ended: dropped %d held executions", conn.endpoint, len(gone))
+            conn.held -= len(gone)
+            self.holds.release(len(gone))
 
     def _reattach(self, ex: Execution, conn: NodeConnection, d: worker_pb2.Dispatch) -> bool:
         """A redelivery of what is still running here: adopt the new token instead of
@@ -273,18 +423,28 @@ class Worker:
         if not d.payload:
             new.payload = old.payload
         ex.ctx._dispatch = new
-        ex.conn.running -= 1
+        if ex.held:  # its slot moves with it to the stream its result now goes to
+            ex.conn.held -= 1
+            conn.held += 1
+        else:
+            ex.conn.running -= 1
+            conn.running += 1
         ex.conn = conn
-        conn.running += 1
         conn.add_started(d.execution_id, d.fencing_token, ex.started_ms)
         return True
 
     def _start(
-        self, conn: NodeConnection, d: worker_pb2.Dispatch, previous: Execution | None
+        self,
+        conn: NodeConnection,
+        d: worker_pb2.Dispatch,
+        previous: Execution | None,
+        held: bool = False,
+        prepared: Execution | None = None,
     ) -> None:
-        ex = Execution(Context(d, self.ledger), conn, self._report)
-        ex.ctx._beat = ex.beat
-        conn.running += 1
+        ex = prepared if prepared is not None else self._prepare(conn, d, held)
+        self._active += 1
+        if not held:
+            conn.running += 1
         if previous is None or previous.done:
             self._begin(ex)
             return
@@ -295,6 +455,14 @@ class Worker:
         assert previous.finished is not None
         previous.finished.add_done_callback(lambda _: self._begin(ex))
 
+    def _prepare(self, conn: NodeConnection, d: worker_pb2.Dispatch, held: bool) -> Execution:
+        ex = Execution(Context(d, self.ledger), conn, self._report)
+        ex.ctx._beat = ex.beat
+        ex.held = held
+        if held:  # decoded while it waits, not at its instant
+            ex.payload = decode_payload(d.payload)
+        return ex
+
     def _begin(self, ex: Execution) -> None:
         """Run the handler's first step now; only a handler that suspends is watched."""
         if ex.done:  # aborted while waiting for an older attempt
@@ -302,15 +470,15 @@ class Worker:
         d = ex.dispatch
         now = self._clock.now_ms()
         ex.started_ms = now
-        ex.conn.add_started(d.execution_id, d.fencing_token, now)
         if ex.ctx.cancelled:  # cancelled while waiting for an older attempt
             ex.finish(Outcome(worker_pb2.OUTCOME_CANCELLED, error=ex.ctx.cancel_reason))
             return
         loop = asyncio.get_running_loop()
         started = begin(self._handlers.get(d.handler), ex, now, loop, self._threads)
-        if isinstance(started, Outcome):
+        if isinstance(started, Outcome):  # its Result says when it started: no Started
             ex.finish(started)
             return
+        ex.conn.add_started(d.execution_id, d.fencing_token, now)
         self._running[d.execution_id] = ex
         if ex.finished is None:
             ex.finished = loop.create_future()
@@ -326,10 +494,12 @@ class Worker:
         result.fencing_token = d.fencing_token
         result.attempt = d.attempt
         result.outcome = outcome.code  # type: ignore[assignment]
-        if outcome.error:
-            result.error = outcome.error
-        if outcome.output:
-            result.output = outcome.output
+        if outcome.error or outcome.output:
+            if outcome.error:
+                result.error = outcome.error
+            if outcome.output:
+                result.output = outcome.output
+            conn.result_bytes(len(outcome.output) + len(outcome.error))
         result.started_ms = ex.started_ms
         result.finished_ms = self._clock.now_ms()
         self.ledger.record(result)
@@ -337,8 +507,15 @@ class Worker:
             self.ledger.flush()
         if self._running.get(eid) is ex:
             del self._running[eid]
-        conn.running -= 1
-        self.pool.release()
+        self._active -= 1
+        if ex.held:
+            self._give_back(conn, held=True)
+        else:
+            conn.running -= 1
+            self.pool.release()
+        hold = self._hold
+        if hold is not None and not hold.draining:
+            hold.kick()
         if ex.finished is not None and not ex.finished.done():
             ex.finished.set_result(None)
 
