@@ -46,7 +46,10 @@ class Worker:
     instant (a couple of seconds); the worker holds them and starts each at its instant by its
     own timer (see ``schedd.worker._hold``), while fewer than ``capacity`` run. A held
     execution that cannot start then waits for a slot; it is dropped unstarted if its stream
-    ends first (the node hands it out again).
+    ends first (the node hands it out again). Dispatches due on arrival are bounded by the
+    credits the worker granted, which it cannot take back: when they arrive while held ones
+    fill ``capacity``, up to twice ``capacity`` run for that moment (``prefetch=0`` keeps the
+    bound strict).
 
     Every finished attempt is recorded in a RocksDB ledger at ``data_dir/ledger`` before its
     Result is sent; a redelivered execution the ledger has as SUCCEEDED (or whose same attempt
