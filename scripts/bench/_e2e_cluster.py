@@ -106,7 +106,9 @@ class EtcdProbe:
         """How many executions etcd holds whose scheduled fire is before ``end_ms``."""
 
         async def scan() -> int:
-            kvs, _ = await self._etcd.range_all(self._runs, prefix_end(self._runs), page=10_000)
+            kvs, _ = await self._etcd.range_all(
+                self._runs, prefix_end(self._runs), page=10_000, keys_only=True
+            )
             return sum(1 for kv in kvs if int(kv.key.rpartition(b"/")[2]) < end_ms)
 
         return self._run(scan())

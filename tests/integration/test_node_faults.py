@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
 from schedd.dev import EtcdProcess
+from schedd.store._etcd import prefix_end
 from schedd.v1 import execution_pb2, worker_pb2, worker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
@@ -194,3 +199,44 @@ async def test_sigkill_worker_mid_job_redelivers_with_larger_token(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_graceful_stop_gives_claimed_fires_back_before_its_partitions_go(
+    h: Harness, etcd: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node stopping on purpose un-claims the fires it claimed ahead, under its own fences.
+
+    Its session (and with it every owner key) must outlive that work: were the keys gone first,
+    each give-back would be fenced out, and the next owner would inherit claims instead of due
+    entries.
+    """
+    node = await h.start_node(lead_ms=8_000)
+    await h.wait_all_owned(node)
+    client = await h.connect()
+    at = datetime.fromtimestamp(time.time() + 6, UTC).isoformat(timespec="seconds")
+    jobs = [
+        (await client.create_job(f"j{i}", schedule=f"@at {at}", handler="echo")).job
+        for i in range(8)
+    ]
+    runs_prefix = h.prefix + b"runs/"
+    await eventually(
+        lambda: etcd.count(runs_prefix, prefix_end(runs_prefix)),
+        lambda n: n == len(jobs),
+        what="every fire to be claimed ahead",
+    )
+    caplog.set_level(logging.INFO, logger="schedd")
+    await node.stop(grace_s=0.5)
+    h.nodes.clear()
+    h.client = None
+    assert await etcd.count(runs_prefix, prefix_end(runs_prefix)) == 0
+    assert "no longer current" not in caplog.text
+    assert "gave back" in caplog.text
+    # The next owner fires each of them once, from the due index.
+    node = await h.start_node(lead_ms=1_000)
+    await h.start_worker()
+    for job in jobs:
+        await eventually(
+            lambda j=job: h.runs(j.id),
+            lambda rs: len(rs) == 1 and rs[0].state == SUCCEEDED,
+            timeout=20,
+        )

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 _FAILED = (worker_pb2.OUTCOME_FAILED, worker_pb2.OUTCOME_TIMED_OUT)
 _ENDED = frozenset({worker_pb2.OUTCOME_SUCCEEDED, worker_pb2.OUTCOME_FAILED_PERMANENT, *_FAILED})
+_NOT_OWNED = "this node does not own the partition"
 
 
 @dataclass
@@ -396,18 +397,20 @@ class ExecutionManager:
         self, worker_id: str, results: list[worker_pb2.Result]
     ) -> list[worker_pb2.ResultAck]:
         acks: dict[int, worker_pb2.ResultAck] = {}
-        groups: dict[int, list[tuple[int, worker_pb2.Result]]] = {}
+        groups: dict[int, tuple[PartitionRunner, list[tuple[int, worker_pb2.Result]]]] = {}
         for n, r in enumerate(results):
             runner = self._runner_of(r.execution_id)
             if runner is None:
-                acks[n] = _ack(
-                    r, False, grpc.StatusCode.UNAVAILABLE, "this node does not own the partition"
-                )
+                acks[n] = _ack(r, False, grpc.StatusCode.UNAVAILABLE, _NOT_OWNED)
                 continue
-            groups.setdefault(runner.partition, []).append((n, r))
-        for p, group in groups.items():
-            runner = self.runners[p]
+            groups.setdefault(runner.partition, (runner, []))[1].append((n, r))
+        for runner, group in groups.values():
             async with runner._lock:
+                # The partition may have moved while this waited for an earlier group or lock.
+                if self.runners.get(runner.partition) is not runner:
+                    for n, r in group:
+                        acks[n] = _ack(r, False, grpc.StatusCode.UNAVAILABLE, _NOT_OWNED)
+                    continue
                 for n, ack in await self._apply_results(runner, group, worker_id):
                     acks[n] = ack
         return [acks[n] for n in range(len(results))]
@@ -553,18 +556,19 @@ class ExecutionManager:
 
     async def on_lost(self, lost: list[InFlight], reason: str) -> None:
         """A worker vanished or let a lease run out: redeliver each with a new, larger token."""
-        by_runner: dict[int, list[Live]] = {}
+        by_runner: dict[int, tuple[PartitionRunner, list[Live]]] = {}
         for inflight in lost:
             d = inflight.dispatch
             runner = self._runner_of(d.execution_id)
             live = runner.live.get(d.execution_id) if runner else None
             if runner is None or live is None or live.ex.fencing_token != d.fencing_token:
                 continue
-            by_runner.setdefault(runner.partition, []).append(live)
-        for p, lives in by_runner.items():
-            runner = self.runners[p]
+            by_runner.setdefault(runner.partition, (runner, []))[1].append(live)
+        for runner, lives in by_runner.values():
             async with runner._lock:
-                await self._redeliver(runner, lives, reason)
+                # A partition that moved meanwhile is its new owner's to redeliver (takeover).
+                if self.runners.get(runner.partition) is runner:
+                    await self._redeliver(runner, lives, reason)
 
     async def _redeliver(self, runner: PartitionRunner, lives: list[Live], reason: str) -> None:
         items = []

@@ -171,9 +171,13 @@ class Node:
                 await self._one_session()
             except SchedError as exc:
                 log.warning("node %s: coordination failed: %s; retrying", self.config.node_id, exc)
+            if self._stopping:
+                # The ownership returned because stop() is releasing the partitions: their
+                # give-backs and deletes are fenced by owner keys that live on this session,
+                # so stop() closes it once they are done.
+                return
             await self._close_session()
-            if not self._stopping:
-                await self.clock.sleep(1.0)
+            await self.clock.sleep(1.0)
 
     async def _one_session(self) -> None:
         cfg = self.config

@@ -160,7 +160,13 @@ class PartitionRunner:
                 return 0
             try:
                 ok, _ = await self.store.apply(items)
-            except (FencedOut, SchedError):
+            except (FencedOut, SchedError) as exc:
+                log.warning(
+                    "partition %d: could not give back claimed fires (%s); the next owner "
+                    "adopts them as claimed",
+                    self.partition,
+                    exc,
+                )
                 return 0
             n = 0
             for lives, good in zip(groups, ok, strict=True):

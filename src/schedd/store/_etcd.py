@@ -198,13 +198,21 @@ class Etcd:
         return [_kv(k) for k in resp.kvs], resp.header.revision, bool(resp.more)
 
     async def range_all(
-        self, start: bytes, end: bytes, *, page: int = 2000, revision: int = 0
+        self,
+        start: bytes,
+        end: bytes,
+        *,
+        page: int = 2000,
+        revision: int = 0,
+        keys_only: bool = False,
     ) -> tuple[list[KeyValue], int]:
         """Every key in ``[start, end)``, paged, all read at one revision."""
         out: list[KeyValue] = []
         cursor = start
         while True:
-            kvs, rev, more = await self.range(cursor, end, limit=page, revision=revision)
+            kvs, rev, more = await self.range(
+                cursor, end, limit=page, revision=revision, keys_only=keys_only
+            )
             if revision == 0:
                 revision = rev
             out.extend(kvs)

@@ -1,0 +1,116 @@
+"""Results and losses for a partition that moves while they wait for its lock.
+
+A settle round groups results by partition, then takes each partition's lock in turn; a
+partition can be given up (lease lost, fenced out, shutdown) while an earlier group runs. The
+late group must be answered UNAVAILABLE (the worker keeps the result and its next owner decides),
+not fail the whole round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+
+from schedd._clock import ManualClock
+from schedd.dispatch import InFlight
+from schedd.node._config import NodeConfig
+from schedd.node._executions import ExecutionManager
+from schedd.store._keys import partition_of
+from schedd.v1 import worker_pb2
+
+PARTITIONS = 8
+
+
+def _jobs_on_two_partitions() -> tuple[str, str]:
+    seen: dict[int, str] = {}
+    for i in range(1000):
+        job = f"job-{i}"
+        seen.setdefault(partition_of(job, PARTITIONS), job)
+        if len(seen) == 2:
+            a, b = seen.values()
+            return a, b
+    raise AssertionError("no two partitions")
+
+
+def _manager() -> tuple[ExecutionManager, dict[str, Any]]:
+    cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"), partitions=PARTITIONS)
+    m = ExecutionManager(cfg, ManualClock(1_000), history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+    by_job: dict[str, Any] = {}
+    for job in _jobs_on_two_partitions():
+        p = partition_of(job, PARTITIONS)
+        runner = SimpleNamespace(partition=p, live={}, _lock=asyncio.Lock())
+        m.runners[p] = runner  # type: ignore[assignment]
+        by_job[job] = runner
+    return m, by_job
+
+
+def _result(job: str) -> worker_pb2.Result:
+    return worker_pb2.Result(
+        execution_id=f"{job}@5000", fencing_token=9, outcome=worker_pb2.OUTCOME_SUCCEEDED
+    )
+
+
+async def test_a_partition_given_up_while_its_results_wait_answers_unavailable() -> None:
+    m, by_job = _manager()
+    (job_a, runner_a), (job_b, runner_b) = by_job.items()
+    await runner_a._lock.acquire()
+    await runner_b._lock.acquire()
+    task = asyncio.create_task(m.on_results("w", [_result(job_a), _result(job_b)]))
+    await asyncio.sleep(0)
+    # Both partitions are given up while the round waits for the first lock.
+    m.runners.pop(runner_a.partition)
+    m.runners.pop(runner_b.partition)
+    runner_a._lock.release()
+    runner_b._lock.release()
+    acks = await task
+    assert [a.execution_id for a in acks] == [f"{job_a}@5000", f"{job_b}@5000"]
+    assert all(not a.accepted for a in acks)
+    assert {a.code for a in acks} == {grpc.StatusCode.UNAVAILABLE.value[0]}
+    assert all("does not own" in a.message for a in acks)
+
+
+async def test_a_partition_that_stays_is_still_answered_when_another_moves() -> None:
+    m, by_job = _manager()
+    (job_a, runner_a), (job_b, _runner_b) = by_job.items()
+    await runner_a._lock.acquire()
+    task = asyncio.create_task(m.on_results("w", [_result(job_b), _result(job_a)]))
+    await asyncio.sleep(0)
+    m.runners.pop(runner_a.partition)
+    runner_a._lock.release()
+    acks = await task
+    # job_b's partition is still here: its result is judged (unknown execution -> stale token).
+    assert acks[0].code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+    assert acks[1].code == grpc.StatusCode.UNAVAILABLE.value[0]
+
+
+async def test_losses_for_a_partition_that_moved_are_left_to_its_next_owner() -> None:
+    m, by_job = _manager()
+    (job_a, runner_a), _ = by_job.items()
+    runner_a.live[f"{job_a}@5000"] = SimpleNamespace(ex=SimpleNamespace(fencing_token=9))
+    redelivered: list[Any] = []
+
+    async def redeliver(runner: Any, lives: list[Any], reason: str) -> None:
+        redelivered.append((runner, lives))
+
+    m._redeliver = redeliver  # type: ignore[method-assign]
+    lost = InFlight(
+        dispatch=worker_pb2.Dispatch(execution_id=f"{job_a}@5000", fencing_token=9),
+        worker_id="w",
+        dispatched_ms=0,
+        lease_deadline_ms=0,
+    )
+    await runner_a._lock.acquire()
+    task = asyncio.create_task(m.on_lost([lost], "worker disconnected"))
+    await asyncio.sleep(0)
+    m.runners.pop(runner_a.partition)
+    runner_a._lock.release()
+    await task
+    assert redelivered == []
+    # The same loss with the partition in place is redelivered.
+    m.runners[runner_a.partition] = runner_a
+    await m.on_lost([lost], "worker disconnected")
+    assert len(redelivered) == 1
