@@ -35,7 +35,7 @@ class Estimates:
     """Carried between workloads: the job create rate measured so far."""
 
     def __init__(self) -> None:
-        self.create_per_s = 1500.0
+        self.create_per_s = 4000.0  # measured 4.8k-9.7k/s on the project machine
 
 
 def _at(ms: float) -> str:

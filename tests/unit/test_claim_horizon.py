@@ -58,3 +58,32 @@ def test_partitions_share_the_node_rate() -> None:
     due = now + 30_000
     add(r, due, 6_000)  # 3000/s over 16 partitions (x0.7): ~45 s for this share
     assert r.claim_horizon(now) >= due
+
+
+def test_a_mid_sized_burst_is_looked_at_early_enough_to_start_its_claims() -> None:
+    """The claim loop must not sleep until the plain lead when the horizon would start sooner.
+
+    625 entries per partition (10k over 16) at the node's shared rate take ~4.8 s to claim: the
+    loop has to be awake several seconds before due - lead, not asleep until then.
+    """
+    now = 1_000_000
+    due = now + 12_000
+    r = runner(now)
+    r.claim_rate = 1e9
+    r.partitions_owned = 16
+    add(r, due, 625)
+    t = now
+    while r.claim_horizon(t) < due:  # the sleeping loop's view: wake, look, sleep again
+        wait = r.next_claim_wait_ms(t)
+        assert wait > 0
+        t += wait
+    assert t <= due - r.config.lead_ms - 4_000, "claims must start about 4.8 s ahead"
+    needed_ms = 625 / (3000.0 / 16 * 0.7 / 1000.0)
+    assert t <= due - needed_ms + 250
+
+
+def test_a_trickle_sleeps_until_its_lead() -> None:
+    now = 1_000_000
+    r = runner(now)
+    add(r, now + 10_000, 3)
+    assert r.next_claim_wait_ms(now) == 10_000 - r.config.lead_ms

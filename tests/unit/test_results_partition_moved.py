@@ -114,3 +114,29 @@ async def test_losses_for_a_partition_that_moved_are_left_to_its_next_owner() ->
     m.runners[runner_a.partition] = runner_a
     await m.on_lost([lost], "worker disconnected")
     assert len(redelivered) == 1
+
+
+async def test_partitions_settle_concurrently_and_one_failing_does_not_fail_the_rest() -> None:
+    m, by_job = _manager()
+    (job_a, runner_a), (job_b, runner_b) = by_job.items()
+    applied: list[int] = []
+
+    async def apply(runner: Any, group: list[Any], worker_id: str) -> list[Any]:
+        applied.append(runner.partition)
+        if runner is runner_b:
+            raise RuntimeError("etcd said no")
+        return [
+            (n, worker_pb2.ResultAck(execution_id=r.execution_id, accepted=True)) for n, r in group
+        ]
+
+    m._apply_results = apply  # type: ignore[method-assign]
+    await runner_a._lock.acquire()
+    task = asyncio.create_task(m.on_results("w", [_result(job_a), _result(job_b)]))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    # B settled while A still waits for its lock: one slow partition holds up no other.
+    assert applied == [runner_b.partition]
+    runner_a._lock.release()
+    acks = await task
+    assert acks[0].accepted
+    assert not acks[1].accepted and acks[1].code == grpc.StatusCode.UNAVAILABLE.value[0]

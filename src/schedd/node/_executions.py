@@ -404,16 +404,35 @@ class ExecutionManager:
                 acks[n] = _ack(r, False, grpc.StatusCode.UNAVAILABLE, _NOT_OWNED)
                 continue
             groups.setdefault(runner.partition, (runner, []))[1].append((n, r))
-        for runner, group in groups.values():
-            async with runner._lock:
-                # The partition may have moved while this waited for an earlier group or lock.
-                if self.runners.get(runner.partition) is not runner:
-                    for n, r in group:
-                        acks[n] = _ack(r, False, grpc.StatusCode.UNAVAILABLE, _NOT_OWNED)
-                    continue
-                for n, ack in await self._apply_results(runner, group, worker_id):
-                    acks[n] = ack
+        # Partitions settle concurrently: each has its own lock, fence and transactions, and a
+        # round would otherwise cost one etcd round trip per partition in turn.
+        settled = await asyncio.gather(
+            *(self._settle_group(runner, group, worker_id) for runner, group in groups.values())
+        )
+        for part in settled:
+            for n, ack in part:
+                acks[n] = ack
         return [acks[n] for n in range(len(results))]
+
+    async def _settle_group(
+        self,
+        runner: PartitionRunner,
+        group: list[tuple[int, worker_pb2.Result]],
+        worker_id: str,
+    ) -> list[tuple[int, worker_pb2.ResultAck]]:
+        try:
+            async with runner._lock:
+                # The partition may have moved while this waited for its lock.
+                if self.runners.get(runner.partition) is not runner:
+                    return [
+                        (n, _ack(r, False, grpc.StatusCode.UNAVAILABLE, _NOT_OWNED))
+                        for n, r in group
+                    ]
+                return await self._apply_results(runner, group, worker_id)
+        except Exception:
+            log.exception("partition %d: settling %d results failed", runner.partition, len(group))
+            msg = "the node could not settle the result; it will be redelivered"
+            return [(n, _ack(r, False, grpc.StatusCode.UNAVAILABLE, msg)) for n, r in group]
 
     async def _apply_results(
         self,

@@ -231,15 +231,35 @@ class PartitionRunner:
             if failed:  # a concurrent API change: re-read those jobs, their entries come back
                 await self.reconcile(failed)
             return
+        wait_ms = self.next_claim_wait_ms(now)
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
+
+    def next_claim_wait_ms(self, now: int) -> int:
+        """How long the claim loop may sleep when a round found nothing to claim.
+
+        Until the window needs extending or the earliest entry reaches its lead; but once the
+        entries of the window would take about as long to claim (at the planned rate) as the
+        time left before that lead, :meth:`claim_horizon` may start them early at any moment,
+        so from then on the loop looks again every 250 ms.
+        """
         wait_ms = self.window_end - self.config.window_ms // 2 - now
         if self.due:
             first_due = self.due.peekitem(0)[0][0]
             wait_ms = min(wait_ms, first_due - self.config.lead_ms - now)
-            if len(self.due) > 1000:  # a burst may need claiming early: look often
-                wait_ms = min(wait_ms, 250)
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
+            # Sleep until claiming them all would take within a second of what is left, then
+            # poll (new entries wake the loop anyway, so this is redone when the count grows).
+            claim_ms = len(self.due) / self._planned_rate_per_ms()
+            if claim_ms > self.config.claim_slice_ms:  # more than a trickle
+                wait_ms = min(wait_ms, max(250, int(wait_ms - claim_ms - 1000)))
+        return wait_ms
+
+    def _planned_rate_per_ms(self) -> float:
+        """Claims per ms to plan with: this partition's share of the node's rate, or what it
+        measured if that is lower, with a 30% margin."""
+        share = self.config.claim_rate / max(1, self.partitions_owned)
+        return max(min(self.claim_rate, share), 50.0) * 0.7 / 1000.0
 
     def claim_horizon(self, now: int) -> int:
         """How far ahead to claim now: L plus one claim slice, stretched ahead of bursts.
@@ -252,8 +272,7 @@ class PartitionRunner:
         enough to be durable by the fire.
         """
         horizon = now + self.config.lead_ms + self.config.claim_slice_ms
-        share = self.config.claim_rate / max(1, self.partitions_owned)
-        rate_per_ms = max(min(self.claim_rate, share), 50.0) * 0.7 / 1000.0
+        rate_per_ms = self._planned_rate_per_ms()
         for seconds in range(1, self.config.window_ms // 1000 + 1):
             h = horizon + seconds * 1000
             if h > self.window_end:
