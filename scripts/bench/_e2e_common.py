@@ -63,7 +63,7 @@ def workloads(names: Sequence[str], quick: bool) -> list[Workload]:
             n, secs = (2000, 2.0) if quick else (10_000, 10.0)
             out.append(Workload(name, "spread", n, spread_s=secs, jitter_ms=SPREAD_JITTER_MS))
         elif name == "sustained":
-            rates, secs = ((200, 500), 5) if quick else ((1000, 2000, 5000), 15)
+            rates, secs = ((200, 500), 5) if quick else ((1000, 2000, 5000, 7000), 15)
             out.extend(
                 Workload(
                     f"sustained{_k(r)}", "sustained", r, duration_s=secs, jitter_ms=SPREAD_JITTER_MS
