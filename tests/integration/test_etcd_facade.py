@@ -43,6 +43,9 @@ async def test_range_all_pages_at_one_revision(etcd: Etcd, etcd_prefix: bytes) -
     kvs, rev = await etcd.range_all(etcd_prefix, prefix_end(etcd_prefix), page=7)
     assert [kv.key for kv in kvs] == [etcd_prefix + f"k{i:03d}".encode() for i in range(25)]
     assert rev >= kvs[-1].mod_revision
+    keys, _ = await etcd.range_all(etcd_prefix, prefix_end(etcd_prefix), page=7, keys_only=True)
+    assert [kv.key for kv in keys] == [kv.key for kv in kvs]
+    assert all(kv.value == b"" for kv in keys) and all(kv.value == b"v" for kv in kvs)
 
 
 async def test_lease_expiry_removes_attached_key(etcd: Etcd, etcd_prefix: bytes) -> None:
