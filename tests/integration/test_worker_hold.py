@@ -57,14 +57,22 @@ def _recording(starts: dict[str, int], delay_s: float = 0.0) -> Any:
     return setup
 
 
+async def _holding(
+    node: Node, start_worker: WorkerFactory, prefetch: int, delay_s: float = 0.0, **kw: Any
+) -> tuple[dict[str, int], Any]:
+    """A recording worker that asked for ``prefetch``, once its hold credits reached the node."""
+    starts: dict[str, int] = {}
+    run = await start_worker(node, setup=_recording(starts, delay_s), prefetch=prefetch, **kw)
+    await wait_for(lambda: _session(node).hold_credits == prefetch, "credits")
+    return starts, run
+
+
 async def test_a_held_execution_starts_at_its_instant_not_when_it_arrives(
     make_node: NodeFactory, start_worker: WorkerFactory
 ) -> None:
     node = await make_node()
-    starts: dict[str, int] = {}
-    await start_worker(node, setup=_recording(starts), prefetch=8)
+    starts, _ = await _holding(node, start_worker, 8)
     await wait_for(lambda: node.dispatcher.workers()[0].prefetch == 8, "hello")
-    await wait_for(lambda: _session(node).hold_credits == 8, "credits")
     at = _now_ms() + 400
     refused = node.dispatcher.hold([_held(node, "e1", at), _held(node, "e2", at + 100)])
     assert refused == []
@@ -101,9 +109,7 @@ async def test_a_cancelled_held_execution_never_runs_and_gives_its_credit_back(
     make_node: NodeFactory, start_worker: WorkerFactory
 ) -> None:
     node = await make_node()
-    starts: dict[str, int] = {}
-    await start_worker(node, setup=_recording(starts), prefetch=4)
-    await wait_for(lambda: _session(node).hold_credits == 4, "credits")
+    starts, _ = await _holding(node, start_worker, 4)
     at = _now_ms() + 300
     node.dispatcher.hold([_held(node, "c1", at), _held(node, "c2", at)])
     await wait_for(lambda: node.dispatcher.workers()[0].held == 2, "held")
@@ -123,9 +129,7 @@ async def test_held_executions_of_a_stream_that_ends_are_dropped_unstarted(
     make_node: NodeFactory, start_worker: WorkerFactory
 ) -> None:
     node = await make_node()
-    starts: dict[str, int] = {}
-    run = await start_worker(node, setup=_recording(starts), prefetch=4)
-    await wait_for(lambda: _session(node).hold_credits == 4, "credits")
+    starts, run = await _holding(node, start_worker, 4)
     at = _now_ms() + 400
     node.dispatcher.hold([_held(node, "s1", at)])
     await wait_for(lambda: node.dispatcher.workers()[0].held == 1, "held")
@@ -142,9 +146,7 @@ async def test_held_executions_start_only_while_fewer_than_capacity_run(
     make_node: NodeFactory, start_worker: WorkerFactory
 ) -> None:
     node = await make_node()
-    starts: dict[str, int] = {}
-    await start_worker(node, setup=_recording(starts, delay_s=0.2), prefetch=8, capacity=2)
-    await wait_for(lambda: _session(node).hold_credits == 8, "credits")
+    starts, _ = await _holding(node, start_worker, 8, delay_s=0.2, capacity=2)
     at = _now_ms() + 200
     node.dispatcher.hold([_held(node, f"k{i}", at) for i in range(6)])
     await wait_for(lambda: len(node.authority.results) == 6, "all done", timeout=10)
@@ -160,9 +162,7 @@ async def test_shutdown_gives_held_executions_back_as_cancelled(
     make_node: NodeFactory, start_worker: WorkerFactory
 ) -> None:
     node = await make_node()
-    starts: dict[str, int] = {}
-    run = await start_worker(node, setup=_recording(starts), prefetch=4)
-    await wait_for(lambda: _session(node).hold_credits == 4, "credits")
+    starts, run = await _holding(node, start_worker, 4)
     node.dispatcher.hold([_held(node, "g1", _now_ms() + 60_000)])
     await wait_for(lambda: run.worker.held_count == 1, "held")
     await run.worker.stop()
@@ -179,9 +179,7 @@ async def test_held_executions_start_on_the_nodes_clock(
     ahead_ms = 600_000
     clock = ManualClock(_now_ms() + ahead_ms)
     node = await make_node(clock=clock)
-    starts: dict[str, int] = {}
-    await start_worker(node, setup=_recording(starts), prefetch=2)
-    await wait_for(lambda: _session(node).hold_credits == 2, "credits")
+    starts, _ = await _holding(node, start_worker, 2)
     sent = _now_ms()
     node.dispatcher.hold([_held(node, "o1", clock.now_ms() + 300)])
     await wait_for(lambda: "o1" in starts, "started", timeout=5)
