@@ -424,15 +424,11 @@ class ExecutionManager:
             async with runner._lock:
                 # The partition may have moved while this waited for its lock.
                 if self.runners.get(runner.partition) is not runner:
-                    return [
-                        (n, _ack(r, False, grpc.StatusCode.UNAVAILABLE, _NOT_OWNED))
-                        for n, r in group
-                    ]
+                    return _refused(group, _NOT_OWNED)
                 return await self._apply_results(runner, group, worker_id)
         except Exception:
             log.exception("partition %d: settling %d results failed", runner.partition, len(group))
-            msg = "the node could not settle the result; it will be redelivered"
-            return [(n, _ack(r, False, grpc.StatusCode.UNAVAILABLE, msg)) for n, r in group]
+            return _refused(group, "the node could not settle the result; it will be redelivered")
 
     async def _apply_results(
         self,
@@ -669,6 +665,14 @@ def _accepted(r: worker_pb2.Result) -> worker_pb2.ResultAck:
     return worker_pb2.ResultAck(
         execution_id=r.execution_id, fencing_token=r.fencing_token, accepted=True
     )
+
+
+def _refused(
+    group: list[tuple[int, worker_pb2.Result]], message: str
+) -> list[tuple[int, worker_pb2.ResultAck]]:
+    """UNAVAILABLE for each result of a group. Nothing was written: the run stays in etcd, its
+    owner redelivers it, and the worker's ledger answers with the result it recorded."""
+    return [(n, _ack(r, False, grpc.StatusCode.UNAVAILABLE, message)) for n, r in group]
 
 
 def _ack(
