@@ -42,7 +42,10 @@ def _manager() -> tuple[ExecutionManager, dict[str, Any]]:
     by_job: dict[str, Any] = {}
     for job in _jobs_on_two_partitions():
         p = partition_of(job, PARTITIONS)
-        runner = SimpleNamespace(partition=p, live={}, _lock=asyncio.Lock())
+        runner = SimpleNamespace(partition=p, live={}, _lock=asyncio.Lock(), doubted=[])
+        runner.doubt = lambda jobs, orphans=(), r=runner: r.doubted.append(
+            (sorted(jobs), sorted(orphans))
+        )
         m.runners[p] = runner  # type: ignore[assignment]
         by_job[job] = runner
     return m, by_job
@@ -130,6 +133,7 @@ async def test_partitions_settle_concurrently_and_one_failing_does_not_fail_the_
         ]
 
     m._apply_results = apply  # type: ignore[method-assign]
+    runner_b.live[f"{job_b}@5000"] = SimpleNamespace(ex=SimpleNamespace(fencing_token=9))
     await runner_a._lock.acquire()
     task = asyncio.create_task(m.on_results("w", [_result(job_a), _result(job_b)]))
     for _ in range(5):
@@ -140,3 +144,6 @@ async def test_partitions_settle_concurrently_and_one_failing_does_not_fail_the_
     acks = await task
     assert acks[0].accepted
     assert not acks[1].accepted and acks[1].code == grpc.StatusCode.UNAVAILABLE.value[0]
+    # Nothing has B's execution in flight now: its runner re-reads it and hands it out again.
+    assert runner_b.doubted == [([job_b], [f"{job_b}@5000"])]
+    assert runner_a.doubted == []

@@ -336,6 +336,18 @@ class PartitionOwnership:
         async with self._lock:
             await self._release(sorted(self._owned), SHUTDOWN)
 
+    async def release(self, partition: int, reason: str) -> None:
+        """Gives one partition up now (``on_lost`` first, then the fenced delete).
+
+        For a partition this node can no longer serve (its runner crashed): the key goes, so
+        the next round of any node, this one included, claims it afresh from etcd. Not to be
+        called from the ``on_acquired``/``on_lost`` callbacks (they hold the same lock).
+        """
+        async with self._lock:
+            if partition in self._owned:
+                await self._release([partition], reason)
+        self._wake.set()
+
     async def partitions_status(self) -> list[tuple[int, str, int]]:
         """(partition, owner node id or "", epoch or 0) for every partition, read from etcd."""
         prefix = self._keys.owners_prefix()

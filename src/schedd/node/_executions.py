@@ -58,6 +58,7 @@ class Outcomes(Protocol):
     def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None: ...
     def recorded(self, executions: Sequence[execution_pb2.Execution]) -> None: ...
     def partition_lost(self, partition: int, reason: str) -> None: ...
+    def partition_failed(self, partition: int, reason: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -83,6 +84,7 @@ class ExecutionManager:
         history: History,
         *,
         on_partition_lost: Callable[[int, str], None],
+        on_partition_failed: Callable[[int, str], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
@@ -91,6 +93,7 @@ class ExecutionManager:
         self.runners: dict[int, PartitionRunner] = {}
         self.dispatcher: Dispatcher | None = None
         self._on_partition_lost = on_partition_lost
+        self._on_partition_failed = on_partition_failed or on_partition_lost
         self.rng = rng or random.Random()
         # job id -> its dispatched execution id, or a set of them when more than one runs
         # (a str for the common single one: no container allocated per fire).
@@ -335,9 +338,15 @@ class ExecutionManager:
         try:
             ok, _ = await runner.store.apply(items)
         except FencedOut as exc:
-            runner._fenced_out(exc)
+            runner.fenced_out(exc)
+            return
+        except SchedError as exc:
+            # They left memory: if etcd still holds them, the runner adopts them again.
+            log.warning("partition %d: recording skips failed: %s", runner.partition, exc)
+            runner.doubt(f.job_id for f in finals)
             return
         done = [f for f, good in zip(finals, ok, strict=True) if good]
+        runner.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
         self.history.record(done)
 
     def cancel_live(self, runner: PartitionRunner, live: Live, reason: str) -> None:
@@ -359,6 +368,9 @@ class ExecutionManager:
 
     def partition_lost(self, partition: int, reason: str) -> None:
         self._on_partition_lost(partition, reason)
+
+    def partition_failed(self, partition: int, reason: str) -> None:
+        self._on_partition_failed(partition, reason)
 
     # -- ExecutionAuthority (called by the dispatcher) ----------------------------------------
 
@@ -428,6 +440,8 @@ class ExecutionManager:
                 return await self._apply_results(runner, group, worker_id)
         except Exception:
             log.exception("partition %d: settling %d results failed", runner.partition, len(group))
+            ids = [r.execution_id for _, r in group if _current(runner, r)]
+            runner.doubt((parse_execution_id(e)[0] for e in ids), ids)
             return _refused(group, "the node could not settle the result; it will be redelivered")
 
     async def _apply_results(
@@ -455,7 +469,10 @@ class ExecutionManager:
             ok, revs = await runner.store.apply_each([d.item for _, d in decisions])
         except (FencedOut, SchedError) as exc:
             if isinstance(exc, FencedOut):
-                runner._fenced_out(exc)
+                runner.fenced_out(exc)
+            else:  # unknown outcome: re-read; what etcd still holds unchanged goes out again
+                lives = [d.live.ex for _, d in decisions]
+                runner.doubt((ex.job_id for ex in lives), (ex.id for ex in lives))
             return out + [
                 (n, _ack(d.result, False, grpc.StatusCode.UNAVAILABLE, str(exc)))
                 for n, d in decisions
@@ -465,6 +482,7 @@ class ExecutionManager:
         for (n, d), good, rev in zip(decisions, ok, revs, strict=True):
             if not good:
                 runner.live.pop(d.live.ex.id, None)
+                runner.doubt([d.live.ex.job_id])
                 out.append(
                     (
                         n,
@@ -595,7 +613,11 @@ class ExecutionManager:
         try:
             ok, revs = await runner.store.apply_each(items)
         except FencedOut as exc:
-            runner._fenced_out(exc)
+            runner.fenced_out(exc)
+            return
+        except SchedError as exc:
+            log.warning("partition %d: redelivery failed: %s", runner.partition, exc)
+            runner.doubt((lv.ex.job_id for lv in lives), (lv.ex.id for lv in lives))
             return
         resend = []
         for live, good, rev in zip(lives, ok, revs, strict=True):
@@ -606,6 +628,7 @@ class ExecutionManager:
                 resend.append(live)
             else:
                 runner.live.pop(live.ex.id, None)
+                runner.doubt([live.ex.job_id])
         log.info(
             "partition %d: redelivering %d executions (%s)", runner.partition, len(resend), reason
         )
@@ -658,6 +681,12 @@ def _copy(ex: execution_pb2.Execution) -> execution_pb2.Execution:
     out = execution_pb2.Execution()
     out.CopyFrom(ex)
     return out
+
+
+def _current(runner: PartitionRunner, r: worker_pb2.Result) -> bool:
+    """Whether this result carries the token of the execution the runner holds."""
+    live = runner.live.get(r.execution_id)
+    return live is not None and live.ex.fencing_token == r.fencing_token
 
 
 def _accepted(r: worker_pb2.Result) -> worker_pb2.ResultAck:

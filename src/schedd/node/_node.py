@@ -83,7 +83,11 @@ class Node:
         self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
         self.history.prune(self.clock.now_ms())
         self.manager = ExecutionManager(
-            cfg, self.clock, self.history, on_partition_lost=self._fenced
+            cfg,
+            self.clock,
+            self.history,
+            on_partition_lost=self._fenced,
+            on_partition_failed=self._failed,
         )
         dcfg = DispatchConfig(
             heartbeat_interval_ms=cfg.heartbeat_interval_ms, lease_timeout_ms=cfg.lease_timeout_ms
@@ -232,6 +236,20 @@ class Node:
 
     def _fenced(self, partition: int, reason: str) -> None:
         task = asyncio.get_running_loop().create_task(self._lost(partition, reason))
+        self._tasks.append(task)
+
+    def _failed(self, partition: int, reason: str) -> None:
+        """A partition's runner crashed: stop it and give the partition up, so it is claimed
+        afresh (by a peer, or by this node with a new runner) instead of staying owned and
+        silent."""
+
+        async def release() -> None:
+            ownership = self._ownership
+            if ownership is not None and partition in ownership.owned():
+                await ownership.release(partition, f"runner failed: {reason}")
+            await self._lost(partition, f"runner failed: {reason}")
+
+        task = asyncio.get_running_loop().create_task(release())
         self._tasks.append(task)
 
     # -- watching API changes -----------------------------------------------------------------

@@ -29,18 +29,13 @@ from schedd.node._config import NodeConfig
 from schedd.node._executions import Live, Outcomes
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
 from schedd.store._jobs import execution_from, execution_template, new_execution
+from schedd.store._keys import parse_execution_id
 from schedd.store._owner import Item, JobView, PartitionStore
 from schedd.store._records import FIRE, DueEntry, JobState, StoredJob
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, job_pb2
 
 log = logging.getLogger(__name__)
-#: After a claim round (or a window load) at least this large, what is alive is frozen (see
-#: schedd._gc): claimed executions live until their fire. Every round, not only big ones: with
-#: 512 the spread load still met 10-20 ms older-generation pauses every second or two (p99
-#: 6.6-11.6 ms); freezing each round (an O(1) list splice) gave 5.0-5.4 ms, sustained 5k/s
-#: p99 94-168 -> 69 ms.
-_FREEZE_AFTER = 1
 
 _MISFIRE_MODES = {
     job_pb2.MISFIRE_CATCH_UP: "catch_up",
@@ -102,6 +97,14 @@ class PartitionRunner:
         self.claim_rate = config.claim_rate
         #: How many partitions this node owns (set by the node): they share its claim rate.
         self.partitions_owned = 1
+        #: Jobs whose durable state memory may no longer match: a store call that carried
+        #: their work failed, or its outcome is unknown. The claim loop re-reads them.
+        self._doubted: set[str] = set()
+        #: Executions memory still lists but that nothing has in flight (their result or
+        #: redelivery was not written): if etcd still holds them unchanged, hand them out again.
+        self._orphans: set[str] = set()
+        self._reload_wanted = False
+        self._stopping = False
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -122,6 +125,8 @@ class PartitionRunner:
             asyncio.create_task(self._claim_loop(), name=f"claim-{self.partition}"),
             asyncio.create_task(self.driver.run(), name=f"wheel-{self.partition}"),
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._task_ended)
         log.info(
             "partition %d: loaded %d due entries, adopted %d live executions (epoch %d)",
             self.partition, len(entries), len(inherited), self.store.fence.epoch,
@@ -129,6 +134,7 @@ class PartitionRunner:
 
     async def stop(self) -> list[str]:
         """Stops the loops; returns the ids of executions this runner had in memory."""
+        self._stopping = True
         self.driver.stop()
         for t in self._tasks:
             t.cancel()
@@ -143,7 +149,11 @@ class PartitionRunner:
 
         The next owner then sees them as due entries and applies each job's misfire policy,
         instead of inheriting claims it must honour. Returns how many were given back.
+        The wheel stops first: a fire dispatched while its give-back is in flight would run
+        here and again at the next owner. Only :meth:`stop` may follow.
         """
+        self._stopping = True
+        self.driver.stop()
         async with self._lock:
             by_job: dict[str, list[Live]] = {}
             for live in self.live.values():
@@ -156,34 +166,63 @@ class PartitionRunner:
                     continue
                 items.append(self.store.unclaim(cached, [lv.ex for lv in lives]))
                 groups.append(lives)
+                for lv in lives:  # out of reach of a fire already in progress
+                    self.live.pop(lv.ex.id, None)
+                    if lv.timer is not None:
+                        self.driver.cancel(lv.timer)
             if not items:
                 return 0
             try:
                 ok, _ = await self.store.apply(items)
-            except (FencedOut, SchedError) as exc:
+            except SchedError as exc:  # FencedOut too
+                ok = [False] * len(items)
                 log.warning(
                     "partition %d: could not give back claimed fires (%s); the next owner "
-                    "adopts them as claimed",
+                    "adopts what etcd holds",
                     self.partition,
                     exc,
                 )
-                return 0
             n = 0
             for lives, good in zip(groups, ok, strict=True):
                 if good:
-                    for lv in lives:
-                        self.live.pop(lv.ex.id, None)
-                        if lv.timer is not None:
-                            self.driver.cancel(lv.timer)
                     n += len(lives)
+                else:
+                    self.live.update((lv.ex.id, lv) for lv in lives)
             return n
 
-    def _fenced_out(self, exc: FencedOut) -> None:
+    def fenced_out(self, exc: FencedOut) -> None:
+        """The fence no longer holds (a newer owner exists): this runner must stop."""
         log.warning("partition %d: %s; stopping", self.partition, exc)
+        self._stopping = True
         self.out.partition_lost(self.partition, str(exc))
 
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        """Supervision: a loop of this partition that ends while the runner runs is a crash.
+
+        A partition whose claim loop or wheel has stopped fires nothing while it stays owned,
+        the worst failure a scheduler can have; so the node is told to release it (a peer, or
+        this node with a fresh runner, takes it over from what etcd holds).
+        """
+        if self._stopping or task.cancelled():
+            return
+        self._stopping = True
+        exc = task.exception()
+        log.error(
+            "partition %d: %s %s; releasing the partition",
+            self.partition,
+            task.get_name(),
+            "crashed" if exc else "ended",
+            exc_info=exc,
+        )
+        self.out.partition_failed(self.partition, f"{task.get_name()} crashed: {exc!r}")
+
     async def _adopt(self, runs: Sequence[execution_pb2.Execution]) -> None:
-        """Re-tokens executions a previous epoch may have sent out, then arms their timers."""
+        """Re-tokens executions that may have been sent out under another token, then arms
+        their timers: what a previous epoch left, and what a failed write left unknown.
+
+        One whose rewrite failed its compare changed meanwhile: its job is doubted, so the
+        claim loop re-reads it. Raises what the store raises; nothing is armed then.
+        """
         if not runs:
             return
         items = []
@@ -196,6 +235,8 @@ class PartitionRunner:
             if good:
                 r.fencing_token = rev
                 self._arm(r)
+            else:
+                self.doubt([r.job_id])
 
     def _arm(self, ex: execution_pb2.Execution) -> None:
         live = Live(ex)
@@ -206,11 +247,21 @@ class PartitionRunner:
     # -- claims -----------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
+        """Claims due entries L ahead and settles doubts, until the fence is lost.
+
+        A store error ends only the round: whatever the round carried was doubted (see
+        :meth:`doubt`) and is re-read by the next one. Any other exception ends the loop,
+        and supervision (:meth:`_task_ended`) releases the partition.
+        """
         while True:
             try:
+                if self._reload_wanted:
+                    await self.reload_window()
+                if self._doubted or self._orphans:
+                    await self._settle_doubts()
                 await self._claim_round()
             except FencedOut as exc:
-                self._fenced_out(exc)
+                self.fenced_out(exc)
                 return
             except SchedError as exc:
                 log.warning("partition %d: claim round failed: %s; retrying", self.partition, exc)
@@ -226,15 +277,45 @@ class PartitionRunner:
             async with self._lock:
                 failed = await self._claim(batch)
             self._observe_rate(len(batch), self.clock.monotonic() - started)
-            if len(batch) >= _FREEZE_AFTER:
-                freeze_survivors()  # they all live until their fire: see schedd._gc
-            if failed:  # a concurrent API change: re-read those jobs, their entries come back
-                await self.reconcile(failed)
+            freeze_survivors()  # they all live until their fire: see schedd._gc
+            # A concurrent API change failed these: re-read them on the next round.
+            self.doubt(failed)
             return
         wait_ms = self.next_claim_wait_ms(now)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
+
+    # -- doubts: store calls that failed or whose outcome is unknown ----------------------------
+
+    def doubt(self, job_ids: Iterable[str], orphans: Iterable[str] = ()) -> None:
+        """Marks jobs whose durable state memory may not match, to be re-read and reconciled.
+
+        Every path that writes (claims, results, redeliveries, skips) calls this when a store
+        call failed, or its outcome is unknown (the request left, no answer came), or one of
+        its compares failed: the work it carried must not be dropped with it. ``orphans`` are
+        executions of those jobs that nothing has in flight any more (a result or redelivery
+        that was not written): if etcd still holds one unchanged, it is handed out again
+        with a new token (a worker that finished it answers from its ledger).
+        """
+        before = len(self._doubted) + len(self._orphans)
+        self._doubted.update(job_ids)
+        self._orphans.update(orphans)
+        if len(self._doubted) + len(self._orphans) > before:
+            self._wake.set()
+
+    async def _settle_doubts(self) -> None:
+        """Re-reads the doubted jobs and makes memory agree with etcd (kept doubted on error)."""
+        jobs, orphans = self._doubted, self._orphans
+        self._doubted, self._orphans = set(), set()
+        jobs |= {parse_execution_id(eid)[0] for eid in orphans}
+        try:
+            await self.reconcile(jobs, orphans=orphans)
+        except BaseException:
+            self._doubted |= jobs
+            self._orphans |= orphans
+            raise
+        log.info("partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs))
 
     def next_claim_wait_ms(self, now: int) -> int:
         """How long the claim loop may sleep when a round found nothing to claim.
@@ -295,7 +376,7 @@ class PartitionRunner:
         for e in entries:
             self.due.setdefault((e.due_ms, e.job_id), e)
         self.window_end = now + self.config.window_ms
-        if len(entries) >= _FREEZE_AFTER:
+        if entries:
             freeze_survivors()
 
     def _take_due(self, horizon_ms: int) -> list[DueEntry]:
@@ -314,21 +395,31 @@ class PartitionRunner:
         return taken
 
     async def _claim(self, entries: list[DueEntry]) -> list[str]:
-        """Claims these due entries in batched fenced txns; returns the jobs whose claim failed."""
-        missing = [e.job_id for e in entries if e.job_id not in self.jobs]
-        if missing:
-            self.jobs.update(await self.store.fetch_jobs(missing))
-        runs = await self.store.get_runs(
-            (e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE
-        )
+        """Claims these due entries in batched fenced txns; returns the jobs whose claim failed.
+
+        The entries left memory when they were taken: if a store call fails (or its outcome
+        is unknown), every job not yet known to be claimed is doubted before the error goes
+        on, so the next round re-reads it from etcd instead of forgetting it.
+        """
+        done = 0
         failed: list[str] = []
-        step = self.config.txn_items
-        for i in range(0, len(entries), step):
-            # One transaction's worth at a time: planning is CPU work, and the wheel of this
-            # loop must get its turn between chunks (aligned jobs become claimable exactly at
-            # the fire instants of other aligned jobs).
-            failed += await self._claim_chunk(entries[i : i + step], runs)
-            await self._yield_to_fires()
+        try:
+            missing = [e.job_id for e in entries if e.job_id not in self.jobs]
+            if missing:
+                self.jobs.update(await self.store.fetch_jobs(missing))
+            runs = await self.store.get_runs(
+                (e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE
+            )
+            step = self.config.txn_items
+            for done in range(0, len(entries), step):
+                # One transaction's worth at a time: planning is CPU work, and the wheel of
+                # this loop must get its turn between chunks (aligned jobs become claimable
+                # exactly at the fire instants of other aligned jobs).
+                failed += await self._claim_chunk(entries[done : done + step], runs)
+                await self._yield_to_fires()
+        except SchedError:  # FencedOut too: the partition's next owner reads etcd anyway
+            self.doubt([*failed, *(e.job_id for e in entries[done:])])
+            raise
         return failed
 
     async def _yield_to_fires(self) -> None:
@@ -458,18 +549,31 @@ class PartitionRunner:
 
     # -- reconciling with API changes ---------------------------------------------------------
 
-    async def reconcile(self, job_ids: Iterable[str]) -> None:
-        """Re-reads these jobs from etcd and makes memory agree (after notify or a failed claim)."""
+    async def reconcile(self, job_ids: Iterable[str], *, orphans: Iterable[str] = ()) -> None:
+        """Re-reads these jobs from etcd and makes memory agree (after notify or a doubt).
+
+        Per job: the cached spec and cursor, its due entries, and its live executions: one
+        etcd no longer holds with the same token is cancelled; one etcd holds that memory
+        does not (a claim whose answer was lost, or an orphan, see :meth:`doubt`) is adopted
+        with a new token. If the store fails, the jobs stay doubted and the error goes on.
+        """
         ids = list(dict.fromkeys(job_ids))
-        async with self._lock:
-            views = await self.store.fetch_views(ids)
-            wanted = set(ids)
-            # A scan of the window: changes (update, pause, delete) are rare next to fires;
-            # creations take the cheap path of :meth:`add_created`.
-            for key in [k for k in self.due if k[1] in wanted]:
-                del self.due[key]
-            for job_id in ids:
-                self._reconcile_one(job_id, views[job_id])
+        orphaned = set(orphans)
+        try:
+            async with self._lock:
+                views = await self.store.fetch_views(ids)
+                wanted = set(ids)
+                # A scan of the window: changes (update, pause, delete) are rare next to fires;
+                # creations take the cheap path of :meth:`add_created`.
+                for key in [k for k in self.due if k[1] in wanted]:
+                    del self.due[key]
+                adopt: list[execution_pb2.Execution] = []
+                for job_id in ids:
+                    adopt += self._reconcile_one(job_id, views[job_id], orphaned)
+                await self._adopt(adopt)
+        except SchedError:
+            self.doubt(ids, orphaned)
+            raise
         self._wake.set()
 
     def add_created(self, entries: Sequence[DueEntry]) -> None:
@@ -477,11 +581,14 @@ class PartitionRunner:
         for e in entries:
             if e.due_ms <= self.window_end:
                 self.due.setdefault((e.due_ms, e.job_id), e)
-        if len(entries) >= _FREEZE_AFTER:
+        if entries:
             freeze_survivors()
         self._wake.set()
 
-    def _reconcile_one(self, job_id: str, view: JobView) -> None:
+    def _reconcile_one(
+        self, job_id: str, view: JobView, orphans: set[str]
+    ) -> list[execution_pb2.Execution]:
+        """Makes memory agree with one job's view; returns the runs to adopt."""
         if view.cached is None:
             self.jobs.pop(job_id, None)
             self._compiled.pop(job_id, None)
@@ -495,11 +602,27 @@ class PartitionRunner:
             current = runs.get(eid)
             if current is None or current.fencing_token != self.live[eid].ex.fencing_token:
                 self.out.cancel_live(self, self.live.pop(eid), "removed by an API change")
+            elif eid in orphans:  # unchanged in etcd, but nothing has it in flight
+                self.out.cancel_live(self, self.live.pop(eid), "handed out again")
+        # A RETRY_WAIT run, or one a RUN entry points at, is claimed through its due entry.
+        waiting = {e.scheduled_ms for e in view.due if e.kind != FIRE}
+        return [
+            r
+            for r in view.runs
+            if r.id not in self.live
+            and r.scheduled_ms not in waiting
+            and r.state != execution_pb2.EXECUTION_RETRY_WAIT
+        ]
 
     async def reload_window(self) -> None:
-        """Re-reads the whole window (after a large batch of API changes or a compacted watch)."""
+        """Re-reads the whole window (after a large batch of API changes or a compacted watch).
+
+        If the read fails, the claim loop tries again before its next round.
+        """
         now = self.clock.now_ms()
+        self._reload_wanted = True
         entries, _ = await self.store.load_due(now + self.config.window_ms)
+        self._reload_wanted = False
         async with self._lock:
             self.due.clear()
             for e in entries:
