@@ -18,8 +18,9 @@ import pytest
 
 from integration.cluster_harness import Harness, eventually
 from schedd._errors import Unavailable
-from schedd.dev import EtcdProcess
+from schedd.dev import EtcdCluster, EtcdProcess
 from schedd.node import Node
+from schedd.store._etcd import EtcdConfig
 from schedd.store._keys import partition_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -165,3 +166,89 @@ async def test_a_crashed_claim_loop_releases_its_partition(
         return [t for t in times if t > crashed_ms + 1000]
 
     await eventually(lambda: asyncio.sleep(0, result=fired_after()), bool, what="fires resume")
+
+
+async def test_losing_the_etcd_leader_loses_and_doubles_no_fire(tmp_path: Path) -> None:
+    """The fault runs' finding: one member of three SIGKILLed (the raft leader) and restarted
+    6 s later made claim rounds fail once, and most jobs never fired again."""
+    cluster = EtcdCluster(tmp_path / "etcd", 3)
+    await asyncio.to_thread(cluster.start)
+    h = Harness(",".join(cluster.endpoints), b"/schedd-leader-kill/", tmp_path)
+    try:
+        node = await h.start_node(
+            etcd=EtcdConfig(endpoints=cluster.endpoints, timeout_s=2.0), session_ttl_s=5
+        )
+        await h.wait_all_owned(node)
+        effects, jobs = await _record_every_second(h, 16)
+        first = await _first_fires(effects, jobs)
+        leader = await asyncio.to_thread(cluster.leader)
+        cluster.kill(leader)
+        await asyncio.sleep(6.0)
+        await asyncio.to_thread(cluster.restart, leader)
+        await asyncio.sleep(4.0)
+        end_ms = node.clock.now_ms()
+        await _every_fire_once(effects, jobs, first, end_ms)
+    finally:
+        await h.close()
+        await asyncio.to_thread(cluster.stop)
+
+
+async def _record_every_second(h: Harness, count: int) -> tuple[list[tuple[str, int]], list[str]]:
+    """A worker whose handler records (job, scheduled time); ``count`` per-second jobs."""
+    worker = h.new_worker("w1")
+    effects: list[tuple[str, int]] = []
+
+    @worker.handler("record")
+    async def record(ctx: Any, payload: Any) -> None:
+        effects.append((ctx.job_id, ctx.scheduled_ms))
+
+    h.workers.append((worker, asyncio.create_task(worker.run())))
+    client = await h.connect()
+    jobs = []
+    for i in range(count):
+        created = await client.create_job(
+            f"every-second-{i}",
+            schedule="* * * * * *",
+            handler="record",
+            misfire="catch_up",
+            catch_up_limit=100,
+        )
+        jobs.append(created.job.id)
+    return effects, jobs
+
+
+async def _first_fires(effects: list[tuple[str, int]], jobs: list[str]) -> dict[str, int]:
+    first: dict[str, int] = {}
+
+    def all_fired() -> bool:
+        for job_id, sched in effects:
+            first.setdefault(job_id, sched)
+        return len(first) == len(jobs)
+
+    await eventually(lambda: asyncio.sleep(0, result=all_fired()), bool, what="first fires")
+    return first
+
+
+async def _every_fire_once(
+    effects: list[tuple[str, int]], jobs: list[str], first: dict[str, int], end_ms: int
+) -> None:
+    """Every second of every job from its first fire to ``end_ms`` runs, none twice."""
+
+    def missing() -> list[tuple[str, int]]:
+        seen = set(effects)
+        return [
+            (job_id, t)
+            for job_id in jobs
+            for t in range(first[job_id], end_ms - 1000, 1000)
+            if (job_id, t) not in seen
+        ]
+
+    await eventually(
+        lambda: asyncio.sleep(0, result=missing()),
+        lambda m: not m,
+        timeout=30,
+        what="every fire to run",
+    )
+    await asyncio.sleep(1.5)  # results of the last fires are settled; nothing runs twice
+    doubled = {k: n for k, n in Counter(effects).items() if n > 1}
+    assert not doubled, f"fires run more than once: {doubled}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,6 +46,7 @@ class EtcdProcess:
         name: str = "schedd-dev",
         log_path: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        initial_cluster: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.client_port = client_port or free_port()
@@ -51,13 +54,22 @@ class EtcdProcess:
         self.name = name
         self.log_path = log_path or data_dir / "etcd.log"
         self.extra_args = extra_args
+        #: ``name=peer-url,...`` of every member; None: a cluster of this member alone.
+        self.initial_cluster = initial_cluster
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
-    def start(self, timeout_s: float = 20.0) -> EtcdProcess:
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def start(self, timeout_s: float = 20.0, *, wait: bool = True) -> EtcdProcess:
+        """Starts the member; ``wait`` until it reports healthy (a member of a larger cluster
+        is healthy only once a quorum runs: start them all first, then :meth:`wait_healthy`).
+        A member started again on its data dir rejoins its cluster."""
         binary = shutil.which("etcd")
         if binary is None:
             raise RuntimeError("etcd is not on PATH (apt-get install etcd-server)")
@@ -72,7 +84,7 @@ class EtcdProcess:
             "--advertise-client-urls", client,
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{self.name}={peer}",
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
             "--initial-cluster-state", "new",
             "--max-txn-ops", "4096",
             "--max-request-bytes", str(8 * 1024 * 1024),
@@ -89,10 +101,11 @@ class EtcdProcess:
             args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        self._wait_healthy(timeout_s)
+        if wait:
+            self.wait_healthy(timeout_s)
         return self
 
-    def _wait_healthy(self, timeout_s: float) -> None:
+    def wait_healthy(self, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
         url = f"http://127.0.0.1:{self.client_port}/health"
         while time.monotonic() < deadline:
@@ -109,6 +122,19 @@ class EtcdProcess:
         self.stop()
         raise RuntimeError(f"etcd did not become healthy on {self.endpoint} in {timeout_s}s")
 
+    def status(self) -> dict[str, Any] | None:
+        """The member's maintenance status (member id, leader, revision); None if down."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        req = urllib.request.Request(
+            f"http://{self.endpoint}/v3/maintenance/status", data=b"{}", method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                return dict(json.loads(resp.read()))
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
@@ -123,6 +149,69 @@ class EtcdProcess:
         self.stop(signal.SIGKILL)
 
     def __enter__(self) -> EtcdProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class EtcdCluster:
+    """Several etcd members on loopback forming one cluster (3 or 5 in production shape).
+
+    Members are real processes: :meth:`kill` sends SIGKILL, :meth:`restart` starts one again
+    on its data dir, so it rejoins. :meth:`leader` asks the members which one leads.
+    """
+
+    def __init__(self, root: Path, size: int = 3, *, name: str = "schedd-etcd") -> None:
+        ports = [(free_port(), free_port()) for _ in range(size)]
+        peers = ",".join(f"{name}{i}=http://127.0.0.1:{pp}" for i, (_, pp) in enumerate(ports))
+        self.members = [
+            EtcdProcess(
+                root / f"member{i}",
+                client_port=cp,
+                peer_port=pp,
+                name=f"{name}{i}",
+                initial_cluster=peers,
+            )
+            for i, (cp, pp) in enumerate(ports)
+        ]
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return tuple(m.endpoint for m in self.members)
+
+    def start(self, timeout_s: float = 30.0) -> EtcdCluster:
+        for m in self.members:
+            m.start(wait=False)
+        for m in self.members:
+            m.wait_healthy(timeout_s)
+        return self
+
+    def leader(self) -> int:
+        """Index of the member that leads the raft group now, as the live members report."""
+        ids: dict[int, int] = {}
+        leaders: set[int] = set()
+        for i, m in enumerate(self.members):
+            status = m.status()
+            if status:
+                ids[int(status["header"]["member_id"])] = i
+                leaders.add(int(status.get("leader", 0)))
+        for leader in leaders:
+            if leader in ids:
+                return ids[leader]
+        raise RuntimeError("no live etcd member reports a leader")
+
+    def kill(self, index: int) -> None:
+        self.members[index].kill()
+
+    def restart(self, index: int, timeout_s: float = 30.0) -> None:
+        self.members[index].start(timeout_s)
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    def __enter__(self) -> EtcdCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
