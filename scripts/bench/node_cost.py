@@ -3,8 +3,8 @@
 Run: ``.venv/bin/python scripts/bench/node_cost.py [--jobs 20000] [--rounds 3] [--profile]``.
 
 Starts a real etcd, creates ``--jobs`` ``@every 1h`` jobs in one partition, takes the partition's
-owner key, and drives a real :class:`PartitionStore` / :class:`PartitionRunner` claim path and
-the :class:`ExecutionManager` result path without workers: each round moves a manual clock to
+owner key, and drives a real :class:`PartitionStore` / :class:`Partition` claim path and
+the :class:`Settler` result path without workers: each round moves a manual clock to
 L before the next fire, claims every due entry (batched fenced txns, as the claim loop does),
 then settles one synthetic ``worker_pb2.Result`` per execution (``--result-batch`` a call, the
 tokens the claims minted) as the dispatcher would. Timings are per execution, per stage: process
@@ -14,7 +14,7 @@ the wall clock for the plain calls in between (pure CPU, and ~10x cheaper to rea
     plan        _plan_fire + the claim item (new_execution, compares and ops)
     claim_txn   PartitionStore.apply* during claims (request build, gRPC, response decode)
     claimed     _claimed minus prepare (arm: Live, wheel timer, next due entry)
-    prepare     ExecutionManager.prepare (the dispatch message, built at claim time)
+    prepare     Firer.prepare (the dispatch message, built at claim time)
     fire        the fire instant: the wheel's callback for every execution (overlap check,
                 running index, submit), the dispatcher's pump onto one worker stream with
                 credits for all, and each outgoing NodeMessage serialized as gRPC would
@@ -54,8 +54,10 @@ from schedd.dispatch._session import WorkerSession
 from schedd.history import History
 from schedd.model import validate_new_job
 from schedd.node._config import NodeConfig
-from schedd.node._executions import ExecutionManager
-from schedd.node._partition import PartitionRunner
+from schedd.node._firing import Firer
+from schedd.node._live import OwnedPartitions
+from schedd.node._partition import Partition
+from schedd.node._settling import Settler
 from schedd.store._etcd import Etcd, EtcdConfig, cmp_create, op_put
 from schedd.store._jobs import JobStore
 from schedd.store._keys import Keys
@@ -172,7 +174,7 @@ async def _setup(etcd: Etcd, keys: Keys, n: int, now_ms: int, payload: bytes) ->
     return _Fence(0, owner, kv.create_revision), now_ms + 3_600_000
 
 
-async def _fire_all(runner: PartitionRunner, session: WorkerSession, bucket: int) -> int:
+async def _fire_all(runner: Partition, session: WorkerSession, bucket: int) -> int:
     """Fires every live execution as the wheel would (``bucket`` per callback), lets the pump
     run, and serializes what the session has ready. Returns the process CPU it took (ns)."""
     session.credits = len(runner.live)
@@ -189,6 +191,16 @@ async def _fire_all(runner: PartitionRunner, session: WorkerSession, bucket: int
     return spent
 
 
+class _Events:
+    """A partition's events go nowhere here: nothing is lost or fails in this benchmark."""
+
+    def partition_lost(self, partition: int, reason: str) -> None:
+        raise AssertionError(f"partition {partition} lost: {reason}")
+
+    def partition_failed(self, partition: int, reason: str) -> None:
+        raise AssertionError(f"partition {partition} failed: {reason}")
+
+
 async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict[str, float]]:
     etcd = await Etcd.connect(EtcdConfig(endpoints=(endpoint,)))
     keys = Keys(b"/bench/node_cost/")
@@ -197,12 +209,14 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
     config = NodeConfig(node_id="bench", partitions=1, data_dir=data)
     clock = ManualClock(first_fire - config.lead_ms)
     history = History(data / "history")
-    manager = ExecutionManager(config, clock, history, on_partition_lost=lambda p, r: None)
+    table = OwnedPartitions(1)
+    firer = Firer(config, clock, history)
+    settler = Settler(config, clock, history, table, firer)
     store = PartitionStore(etcd, keys, fence, max_items=config.txn_items)
-    runner = PartitionRunner(store, config, clock, history, manager)
-    manager.runners[0] = runner
-    dispatcher = Dispatcher("bench", manager, clock=clock)
-    manager.dispatcher = dispatcher
+    runner = Partition(store, config, clock, history, firer, _Events())
+    table.add(runner)
+    dispatcher = Dispatcher("bench", settler, clock=clock)
+    firer.dispatcher = dispatcher
     session = dispatcher.open_session(
         worker_pb2.Hello(
             worker_id="bench-worker", queues=["bench"], handlers=["bench.noop"], capacity=1 << 30
@@ -216,11 +230,11 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
     gcm = GcMeter()
     meter = Meter(gcm)
     if not args.bare:
-        meter.wrap(runner, "_plan_fire", "plan")
+        meter.wrap(runner.planner, "_plan_fire", "plan")
         meter.wrap(runner, "_claimed", "claimed")
-        meter.wrap(manager, "prepare", "prepare")
+        meter.wrap(firer, "prepare", "prepare")
         meter.wrap(store, "apply", lambda: f"{meter.phase}_txn")
-        meter.wrap(manager, "_decide", "decide")
+        meter.wrap(settler, "_decide", "decide")
         meter.wrap(history, "record", "history")
 
     profiler = cProfile.Profile() if args.profile else None
@@ -270,7 +284,7 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
         t1, w1 = time.process_time_ns(), time.perf_counter()
         accepted = 0
         for i in range(0, len(results), args.result_batch):
-            acks = await manager.on_results("bench-worker", results[i : i + args.result_batch])
+            acks = await settler.on_results("bench-worker", results[i : i + args.result_batch])
             accepted += sum(a.accepted for a in acks)
         result_ns, result_wall = time.process_time_ns() - t1, time.perf_counter() - w1
         result_gc_ns = gcm.ns - gc_before_results

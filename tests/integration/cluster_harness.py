@@ -75,7 +75,7 @@ class Harness:
         await node.start()
         self.nodes.append(node)
         await eventually(
-            lambda: asyncio.sleep(0, result=len(node.manager.runners)),
+            lambda: asyncio.sleep(0, result=len(node.partitions)),
             lambda k: k >= 1,
             what="the node to own partitions",
         )
@@ -83,7 +83,7 @@ class Harness:
 
     async def wait_all_owned(self, node: Node) -> None:
         await eventually(
-            lambda: asyncio.sleep(0, result=len(node.manager.runners)),
+            lambda: asyncio.sleep(0, result=len(node.partitions)),
             lambda k: k == node.config.partitions,
             what="the node to own every partition",
         )

@@ -130,7 +130,7 @@ async def test_random_store_faults_lose_and_double_nothing(h: Harness) -> None:
     doubled = {k: n for k, n in Counter(effects).items() if n > 1}
     assert not doubled, f"fires run more than once: {doubled}"
     # The node kept every partition and serves: nothing was silently dropped on the way.
-    assert len(node.manager.runners) == node.config.partitions
+    assert len(node.partitions) == node.config.partitions
 
 
 async def test_a_crashed_claim_loop_releases_its_partition(
@@ -143,7 +143,7 @@ async def test_a_crashed_claim_loop_releases_its_partition(
     job = (await client.create_job("steady", schedule="* * * * * *", handler="echo")).job
     p = partition_of(job.id, node.config.partitions)
     await eventually(lambda: asyncio.sleep(0, result=h.calls.get("echo", [])), bool)
-    runner = node.manager.runners[p]
+    runner = node.partitions[p]
     epoch = runner.store.fence.epoch
 
     async def crash() -> None:
@@ -154,7 +154,7 @@ async def test_a_crashed_claim_loop_releases_its_partition(
     crashed_ms = node.clock.now_ms()
 
     def replaced() -> bool:
-        new = node.manager.runners.get(p)
+        new = node.partitions.get(p)
         return new is not None and new is not runner and new.store.fence.epoch > epoch
 
     await eventually(lambda: asyncio.sleep(0, result=replaced()), bool, what="a fresh runner")

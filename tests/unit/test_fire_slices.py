@@ -12,7 +12,8 @@ from typing import Any
 
 from schedd._clock import ManualClock
 from schedd.node._config import NodeConfig
-from schedd.node._executions import ExecutionManager, FireSlices, Live
+from schedd.node._firing import Firer, FireSlices
+from schedd.node._live import Live
 from schedd.v1 import execution_pb2, worker_pb2
 
 
@@ -72,7 +73,7 @@ def _live(eid: str) -> Live:
 
 async def test_a_waiting_partition_drops_what_left_its_runner_meanwhile() -> None:
     cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"), fire_slice=2)
-    m = ExecutionManager(cfg, ManualClock(0), history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+    m = Firer(cfg, ManualClock(0), history=None)  # type: ignore[arg-type]
     d = _Dispatcher()
     m.dispatcher = d  # type: ignore[assignment]
     first = [_live("a/1"), _live("b/1")]
@@ -87,12 +88,12 @@ async def test_a_waiting_partition_drops_what_left_its_runner_meanwhile() -> Non
     second[2].dispatched = True  # dispatched by another path meanwhile
     await asyncio.gather(t1, t2)
     assert d.sent == ["a/1", "b/1", "c/1"]
-    assert m.running == {"a": "a/1", "b": "b/1", "c": "c/1"}
+    assert m.running.by_job == {"a": "a/1", "b": "b/1", "c": "c/1"}
 
 
 async def test_one_partition_beyond_the_slice_fires_a_slice_per_pass() -> None:
     cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"), fire_slice=2)
-    m = ExecutionManager(cfg, ManualClock(0), history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+    m = Firer(cfg, ManualClock(0), history=None)  # type: ignore[arg-type]
     d = _Dispatcher()
     m.dispatcher = d  # type: ignore[assignment]
     lives = [_live(f"j{i}/1") for i in range(5)]

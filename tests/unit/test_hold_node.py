@@ -9,7 +9,8 @@ from typing import Any
 
 from schedd._clock import ManualClock
 from schedd.node._config import NodeConfig
-from schedd.node._executions import ExecutionManager, Live
+from schedd.node._firing import Firer
+from schedd.node._live import Live
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 DUE = 1_000_000
@@ -39,27 +40,27 @@ def _copy(d: worker_pb2.Dispatch) -> worker_pb2.Dispatch:
     return out
 
 
-class _Driver:
-    def __init__(self) -> None:
+class _Partition(SimpleNamespace):
+    """The parts of a :class:`~schedd.node._partition.Partition` firing uses."""
+
+    def __init__(self, job: job_pb2.Job) -> None:
+        super().__init__(partition=1, live={}, jobs={"j": SimpleNamespace(job=job)})
         self.armed: list[tuple[int, str]] = []
 
-    def add(self, when: int, eid: str) -> tuple[int, str]:
-        self.armed.append((when, eid))
-        return (when, eid)
+    def arm_at(self, live: Live, fire_ms: int) -> None:
+        self.armed.append((fire_ms, live.ex.id))
 
 
 def _setup(
     overlap: int = job_pb2.OVERLAP_ALLOW, hold_ms: int = 2000, credits: int = 10
-) -> tuple[ExecutionManager, Any, _Dispatcher, ManualClock]:
+) -> tuple[Firer, Any, _Dispatcher, ManualClock]:
     cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"), hold_ms=hold_ms)
     clock = ManualClock(DUE - 1500)
-    m = ExecutionManager(cfg, clock, history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+    m = Firer(cfg, clock, history=None)  # type: ignore[arg-type]
     d = _Dispatcher(credits)
     m.dispatcher = d  # type: ignore[assignment]
     job = job_pb2.Job(id="j", overlap=overlap, timeout_ms=30_000)  # type: ignore[arg-type]
-    runner = SimpleNamespace(
-        partition=1, live={}, jobs={"j": SimpleNamespace(job=job)}, driver=_Driver()
-    )
+    runner = _Partition(job)
     return m, runner, d, clock
 
 
@@ -103,9 +104,9 @@ async def test_early_fires_go_to_holding_workers_and_the_refused_are_armed_for_t
     assert [lv.dispatched for lv in lives] == [True, True, False]
     assert lives[0].ex.state == execution_pb2.EXECUTION_DISPATCHED
     refused = lives[2]
-    assert refused.hold_refused and runner.driver.armed == [(DUE, "j@2")]
+    assert refused.hold_refused and runner.armed == [(DUE, "j@2")]
     assert refused.message is not None and refused.message.start_at_ms == 0
-    assert m.running_ids("j") and set(m.running_ids("j")) == {"j@0", "j@1"}
+    assert m.running.ids("j") and set(m.running.ids("j")) == {"j@0", "j@1"}
     # its instant: it goes out through submit, due now, with no start_at
     await m.fire(runner, [refused])
     assert [(x.execution_id, x.start_at_ms) for x in d.submitted] == [("j@2", 0)]
@@ -116,13 +117,13 @@ async def test_a_redelivery_before_the_instant_is_held_again() -> None:
     m, runner, d, clock = _setup(credits=5)
     live = _live(runner, 0)
     live.message = None  # rebuilt, as for a new token
-    m._dispatch(runner, [live], clock.now_ms())
+    m.dispatch(runner, [live], clock.now_ms())
     assert [(x.execution_id, x.start_at_ms, x.deadline_ms) for x in d.held] == [
         ("j@0", DUE, DUE + 30_000)
     ]
     clock.set_ms(DUE + 5)  # past the instant: sent due now
     other = _live(runner, 1)
-    m._dispatch(runner, [other], clock.now_ms())
+    m.dispatch(runner, [other], clock.now_ms())
     assert [(x.execution_id, x.start_at_ms) for x in d.submitted] == [("j@1", 0)]
 
 

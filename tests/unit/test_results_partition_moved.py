@@ -18,7 +18,9 @@ import grpc
 from schedd._clock import ManualClock
 from schedd.dispatch import InFlight
 from schedd.node._config import NodeConfig
-from schedd.node._executions import ExecutionManager
+from schedd.node._firing import Firer
+from schedd.node._live import OwnedPartitions
+from schedd.node._settling import Settler
 from schedd.store._keys import partition_of
 from schedd.v1 import worker_pb2
 
@@ -36,19 +38,23 @@ def _jobs_on_two_partitions() -> tuple[str, str]:
     raise AssertionError("no two partitions")
 
 
-def _manager() -> tuple[ExecutionManager, dict[str, Any]]:
+def _manager() -> tuple[Settler, OwnedPartitions, dict[str, Any]]:
     cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"), partitions=PARTITIONS)
-    m = ExecutionManager(cfg, ManualClock(1_000), history=None, on_partition_lost=lambda p, r: None)  # type: ignore[arg-type]
+    clock = ManualClock(1_000)
+    table = OwnedPartitions(PARTITIONS)
+    m = Settler(cfg, clock, None, table, Firer(cfg, clock, None))  # type: ignore[arg-type]
     by_job: dict[str, Any] = {}
     for job in _jobs_on_two_partitions():
         p = partition_of(job, PARTITIONS)
-        runner = SimpleNamespace(partition=p, live={}, _lock=asyncio.Lock(), doubted=[])
+        runner = SimpleNamespace(
+            partition=p, live={}, lock=asyncio.Lock(), doubted=[], pacer=SimpleNamespace()
+        )
         runner.doubt = lambda jobs, orphans=(), r=runner: r.doubted.append(
             (sorted(jobs), sorted(orphans))
         )
-        m.runners[p] = runner  # type: ignore[assignment]
+        table.add(runner)  # type: ignore[arg-type]
         by_job[job] = runner
-    return m, by_job
+    return m, table, by_job
 
 
 def _result(job: str) -> worker_pb2.Result:
@@ -58,17 +64,17 @@ def _result(job: str) -> worker_pb2.Result:
 
 
 async def test_a_partition_given_up_while_its_results_wait_answers_unavailable() -> None:
-    m, by_job = _manager()
+    m, table, by_job = _manager()
     (job_a, runner_a), (job_b, runner_b) = by_job.items()
-    await runner_a._lock.acquire()
-    await runner_b._lock.acquire()
+    await runner_a.lock.acquire()
+    await runner_b.lock.acquire()
     task = asyncio.create_task(m.on_results("w", [_result(job_a), _result(job_b)]))
     await asyncio.sleep(0)
     # Both partitions are given up while the round waits for the first lock.
-    m.runners.pop(runner_a.partition)
-    m.runners.pop(runner_b.partition)
-    runner_a._lock.release()
-    runner_b._lock.release()
+    table.remove(runner_a.partition)
+    table.remove(runner_b.partition)
+    runner_a.lock.release()
+    runner_b.lock.release()
     acks = await task
     assert [a.execution_id for a in acks] == [f"{job_a}@5000", f"{job_b}@5000"]
     assert all(not a.accepted for a in acks)
@@ -77,13 +83,13 @@ async def test_a_partition_given_up_while_its_results_wait_answers_unavailable()
 
 
 async def test_a_partition_that_stays_is_still_answered_when_another_moves() -> None:
-    m, by_job = _manager()
+    m, table, by_job = _manager()
     (job_a, runner_a), (job_b, _runner_b) = by_job.items()
-    await runner_a._lock.acquire()
+    await runner_a.lock.acquire()
     task = asyncio.create_task(m.on_results("w", [_result(job_b), _result(job_a)]))
     await asyncio.sleep(0)
-    m.runners.pop(runner_a.partition)
-    runner_a._lock.release()
+    table.remove(runner_a.partition)
+    runner_a.lock.release()
     acks = await task
     # job_b's partition is still here: its result is judged (unknown execution -> stale token).
     assert acks[0].code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
@@ -91,7 +97,7 @@ async def test_a_partition_that_stays_is_still_answered_when_another_moves() -> 
 
 
 async def test_losses_for_a_partition_that_moved_are_left_to_its_next_owner() -> None:
-    m, by_job = _manager()
+    m, table, by_job = _manager()
     (job_a, runner_a), _ = by_job.items()
     runner_a.live[f"{job_a}@5000"] = SimpleNamespace(ex=SimpleNamespace(fencing_token=9))
     redelivered: list[Any] = []
@@ -106,21 +112,21 @@ async def test_losses_for_a_partition_that_moved_are_left_to_its_next_owner() ->
         dispatched_ms=0,
         lease_deadline_ms=0,
     )
-    await runner_a._lock.acquire()
+    await runner_a.lock.acquire()
     task = asyncio.create_task(m.on_lost([lost], "worker disconnected"))
     await asyncio.sleep(0)
-    m.runners.pop(runner_a.partition)
-    runner_a._lock.release()
+    table.remove(runner_a.partition)
+    runner_a.lock.release()
     await task
     assert redelivered == []
     # The same loss with the partition in place is redelivered.
-    m.runners[runner_a.partition] = runner_a
+    table.add(runner_a)
     await m.on_lost([lost], "worker disconnected")
     assert len(redelivered) == 1
 
 
 async def test_partitions_settle_concurrently_and_one_failing_does_not_fail_the_rest() -> None:
-    m, by_job = _manager()
+    m, _, by_job = _manager()
     (job_a, runner_a), (job_b, runner_b) = by_job.items()
     applied: list[int] = []
 
@@ -134,13 +140,13 @@ async def test_partitions_settle_concurrently_and_one_failing_does_not_fail_the_
 
     m._apply_results = apply  # type: ignore[method-assign]
     runner_b.live[f"{job_b}@5000"] = SimpleNamespace(ex=SimpleNamespace(fencing_token=9))
-    await runner_a._lock.acquire()
+    await runner_a.lock.acquire()
     task = asyncio.create_task(m.on_results("w", [_result(job_a), _result(job_b)]))
     for _ in range(5):
         await asyncio.sleep(0)
     # B settled while A still waits for its lock: one slow partition holds up no other.
     assert applied == [runner_b.partition]
-    runner_a._lock.release()
+    runner_a.lock.release()
     acks = await task
     assert acks[0].accepted
     assert not acks[1].accepted and acks[1].code == grpc.StatusCode.UNAVAILABLE.value[0]

@@ -33,9 +33,11 @@ from schedd.dispatch import DispatchConfig, Dispatcher
 from schedd.history import History
 from schedd.node._api import NodeApi
 from schedd.node._config import NodeConfig
-from schedd.node._executions import ExecutionManager
-from schedd.node._partition import PartitionRunner
+from schedd.node._firing import Firer
+from schedd.node._live import OwnedPartitions
+from schedd.node._partition import Partition
 from schedd.node._servicer import SchedulerServicer
+from schedd.node._settling import Settler
 from schedd.store._etcd import Etcd, WatchCompacted, prefix_end
 from schedd.store._jobs import JobStore
 from schedd.store._keys import Keys, parse_execution_id, partition_of
@@ -82,18 +84,14 @@ class Node:
         self.cluster_id = meta.cluster_id
         self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
         self.history.prune(self.clock.now_ms())
-        self.manager = ExecutionManager(
-            cfg,
-            self.clock,
-            self.history,
-            on_partition_lost=self._fenced,
-            on_partition_failed=self._failed,
-        )
+        self.partitions = OwnedPartitions(cfg.partitions)
+        self.firer = Firer(cfg, self.clock, self.history)
+        self.settler = Settler(cfg, self.clock, self.history, self.partitions, self.firer)
         dcfg = DispatchConfig(
             heartbeat_interval_ms=cfg.heartbeat_interval_ms, lease_timeout_ms=cfg.lease_timeout_ms
         )
-        self.dispatcher = Dispatcher(cfg.node_id, self.manager, config=dcfg, clock=self.clock)
-        self.manager.dispatcher = self.dispatcher
+        self.dispatcher = Dispatcher(cfg.node_id, self.settler, config=dcfg, clock=self.clock)
+        self.firer.dispatcher = self.dispatcher
         self.jobs = JobStore(self.etcd, self.keys, cfg.partitions, batch=cfg.txn_items)
         self.api = NodeApi(self.jobs, self.history, self, self.clock)
         await self._serve()
@@ -150,7 +148,7 @@ class Node:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        for p in list(self.manager.runners):
+        for p in self.partitions:
             await self._lost(p, "shutdown")
         await self._close_session()
         await self.dispatcher.close()
@@ -203,51 +201,46 @@ class Node:
 
     async def _acquired(self, fence: Fence) -> None:
         store = PartitionStore(self.etcd, self.keys, fence, max_items=self.config.txn_items)
-        runner = PartitionRunner(store, self.config, self.clock, self.history, self.manager)
-        self.manager.runners[fence.partition] = runner
-        self._share_claim_rate()
+        part = Partition(store, self.config, self.clock, self.history, self.firer, self)
+        self.partitions.add(part)
         try:
-            await runner.start()
+            await part.start()
         except SchedError:
-            self.manager.runners.pop(fence.partition, None)
-            await runner.stop()
+            self.partitions.remove(fence.partition)
+            await part.stop()
             raise
 
     async def _lost(self, partition: int, reason: str) -> None:
-        runner = self.manager.runners.get(partition)
-        if runner is None:
+        part = self.partitions.get(partition)
+        if part is None:
             return
         if reason in ("shutdown", "rebalance", "clock skew"):
-            given_back = await runner.unclaim()
+            given_back = await part.unclaim()
             if given_back:
                 log.info("partition %d: gave back %d claimed fires", partition, given_back)
-        self.manager.runners.pop(partition, None)
-        self._share_claim_rate()
-        ids = await runner.stop()
+        self.partitions.remove(partition)
+        ids = await part.stop()
         self.dispatcher.forget(ids)
         for eid in ids:
             job_id, _ = parse_execution_id(eid)
-            self.manager.not_running(job_id, eid)
+            self.firer.running.discard(job_id, eid)
         log.info("partition %d released (%s)", partition, reason)
 
-    def _share_claim_rate(self) -> None:
-        for r in self.manager.runners.values():
-            r.partitions_owned = len(self.manager.runners)
-
-    def _fenced(self, partition: int, reason: str) -> None:
+    def partition_lost(self, partition: int, reason: str) -> None:
+        """A partition's fence no longer holds (:class:`PartitionEvents`): stop it."""
         task = asyncio.get_running_loop().create_task(self._lost(partition, reason))
         self._tasks.append(task)
 
-    def _failed(self, partition: int, reason: str) -> None:
-        """A partition's runner crashed: stop it and give the partition up, so it is claimed
-        afresh (by a peer, or by this node with a new runner) instead of staying owned and
+    def partition_failed(self, partition: int, reason: str) -> None:
+        """A partition's part crashed: stop it and give the partition up, so it is claimed
+        afresh (by a peer, or by this node with a new part) instead of staying owned and
         silent."""
 
         async def release() -> None:
             ownership = self._ownership
             if ownership is not None and partition in ownership.owned():
-                await ownership.release(partition, f"runner failed: {reason}")
-            await self._lost(partition, f"runner failed: {reason}")
+                await ownership.release(partition, f"part failed: {reason}")
+            await self._lost(partition, f"part failed: {reason}")
 
         task = asyncio.get_running_loop().create_task(release())
         self._tasks.append(task)
@@ -265,29 +258,29 @@ class Node:
                             p = self.keys.parse_notify_key(ev.kv.key)
                             self._notified(p, ev.kv.value, ev.kv.mod_revision)
             except WatchCompacted:
-                for runner in list(self.manager.runners.values()):
-                    self._spawn(runner.reload_window())
+                for part in list(self.partitions.values()):
+                    self._spawn(part.reload_window())
             except SchedError as exc:
                 log.warning("notify watch failed: %s; re-watching", exc)
                 await self.clock.sleep(0.5)
 
     def _notified(self, partition: int, value: bytes, revision: int) -> None:
-        runner = self.manager.runners.get(partition)
-        if runner is None:
+        part = self.partitions.get(partition)
+        if part is None:
             return
         if value == b"*":
-            self._spawn(runner.reload_window())
+            self._spawn(part.reload_window())
             return
         note = json.loads(value)
         if note.get("c"):
-            runner.add_created(
+            part.add_created(
                 [
                     DueEntry(partition, due, job_id, FIRE, sched, revision)
                     for job_id, due, sched in note["c"]
                 ]
             )
         if note.get("u"):
-            self._spawn(runner.reconcile(note["u"]))
+            self._spawn(part.reconcile(note["u"]))
 
     def _spawn(self, coro: object) -> None:
         async def guarded() -> None:
@@ -320,7 +313,7 @@ class Node:
         """Compacts etcd's MVCC history so it does not grow forever (keeps recent revisions)."""
         while True:
             await self.clock.sleep(self.config.compaction_interval_s)
-            if not self.manager.runners or 0 not in self.manager.runners:
+            if 0 not in self.partitions:
                 continue  # one node does it: the owner of partition 0
             try:
                 _, rev, _ = await self.etcd.range(
@@ -336,8 +329,8 @@ class Node:
 
     def live_execution(self, execution_id: str) -> execution_pb2.Execution | None:
         job_id, _ = parse_execution_id(execution_id)
-        runner = self.manager.runners.get(partition_of(job_id, self.config.partitions))
-        live = runner.live.get(execution_id) if runner else None
+        part = self.partitions.get(partition_of(job_id, self.config.partitions))
+        live = part.live.get(execution_id) if part else None
         if live is None:
             return None
         out = execution_pb2.Execution()
@@ -346,8 +339,8 @@ class Node:
 
     def live_executions(self) -> list[execution_pb2.Execution]:
         out = []
-        for runner in self.manager.runners.values():
-            for live in runner.live.values():
+        for part in self.partitions.values():
+            for live in part.live.values():
                 ex = execution_pb2.Execution()
                 ex.CopyFrom(live.ex)
                 out.append(ex)

@@ -2,7 +2,7 @@
 
 The life of a schedule fire here::
 
-    due/p/{due_ms}/{job} in etcd --load (window W)--> self.due (sorted, in memory)
+    due/p/{due_ms}/{job} in etcd --load (window W)--> self.window (sorted, in memory)
         --claim at due_ms - L (batched, fenced txn)--> runs/p/{job}/{sched} PENDING, token = rev
         --wheel timer at due_ms--> Dispatch on a worker stream (no etcd on this path)
         --Result with the token--> one fenced compare-and-delete (or retry / dead letter)
@@ -17,56 +17,32 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-
-from sortedcontainers import SortedDict
 
 from schedd._clock import Clock
 from schedd._errors import FencedOut, SchedError
 from schedd._gc import freeze_survivors
 from schedd.history import History
+from schedd.node._claims import Claim, ClaimPlanner
 from schedd.node._config import NodeConfig
-from schedd.node._executions import Live, Outcomes
-from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
-from schedd.store._jobs import execution_from, execution_template, new_execution
+from schedd.node._live import Firing, Live, PartitionEvents
+from schedd.node._pacing import ClaimPacer
+from schedd.node._window import DueWindow
 from schedd.store._keys import parse_execution_id
-from schedd.store._owner import Item, JobView, PartitionStore
-from schedd.store._records import FIRE, DueEntry, JobState, StoredJob
+from schedd.store._owner import JobView, PartitionStore
+from schedd.store._records import FIRE, DueEntry, StoredJob
 from schedd.timerwheel import TimerWheel, WheelDriver
-from schedd.v1 import execution_pb2, job_pb2
+from schedd.v1 import execution_pb2
 
 log = logging.getLogger(__name__)
 
-_MISFIRE_MODES = {
-    job_pb2.MISFIRE_CATCH_UP: "catch_up",
-    job_pb2.MISFIRE_ONCE: "once",
-    job_pb2.MISFIRE_SKIP: "skip",
-}
 
+class Partition:
+    """Schedules the jobs of one partition while this node holds its fence.
 
-@dataclass(slots=True)
-class _Compiled:
-    """What the claim path derives from one version of a job's spec, kept while it lasts."""
-
-    spec_revision: int
-    schedule: Schedule
-    #: The fields every first attempt shares; executions are copies of it.
-    template: execution_pb2.Execution
-
-
-@dataclass(slots=True)
-class _Claim:
-    """A planned claim: the due entry, what the item writes, and what to do once it holds."""
-
-    entry: DueEntry
-    item: Item
-    executions: list[execution_pb2.Execution]
-    next_state: JobState | None = None
-    missed: list[execution_pb2.Execution] | None = None
-
-
-class PartitionRunner:
-    """Schedules the jobs of one partition while this node holds its fence."""
+    It owns the partition's state: the window of due entries, the cached jobs, the claimed
+    executions (:attr:`live`), the timer wheel and the lock that orders its store writes.
+    Firing and settling reach it through its public methods and attributes only.
+    """
 
     def __init__(
         self,
@@ -74,29 +50,28 @@ class PartitionRunner:
         config: NodeConfig,
         clock: Clock,
         history: History,
-        outcomes: Outcomes,
+        firing: Firing,
+        events: PartitionEvents,
     ) -> None:
         self.store = store
         self.partition = store.partition
         self.config = config
         self.clock = clock
         self.history = history
-        self.out = outcomes
-        self.due: SortedDict = SortedDict()  # (due_ms, job_id) -> DueEntry
+        self.firing = firing
+        self.events = events
+        self.planner = ClaimPlanner(store, config.grace_ms)
+        self.window = DueWindow()
         self.jobs: dict[str, StoredJob] = {}
-        self._compiled: dict[str, _Compiled] = {}  # job id -> its current spec, compiled
         self.live: dict[str, Live] = {}
-        self.window_end = 0
         self.wheel: TimerWheel[str] = TimerWheel(tick_ms=config.tick_ms, start_ms=clock.now_ms())
         self.driver: WheelDriver[str] = WheelDriver(self.wheel, clock, self._on_timers)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._lock = asyncio.Lock()
+        #: Held by every sequence of store writes of this partition (claims, results, ...).
+        self.lock = asyncio.Lock()
         self.stopped = asyncio.Event()
-        #: Measured claims per second (EWMA), for stretching the lead ahead of bursts.
-        self.claim_rate = config.claim_rate
-        #: How many partitions this node owns (set by the node): they share its claim rate.
-        self.partitions_owned = 1
+        self.pacer = ClaimPacer(config)
         #: Jobs whose durable state memory may no longer match: a store call that carried
         #: their work failed, or its outcome is unknown. The claim loop re-reads them.
         self._doubted: set[str] = set()
@@ -112,10 +87,9 @@ class PartitionRunner:
         """Loads the window and the live executions, re-tokens inherited ones, starts loops."""
         now = self.clock.now_ms()
         # Set first: creations notified while the load is in flight are kept, not dropped.
-        self.window_end = now + self.config.window_ms
-        entries, _ = await self.store.load_due(self.window_end)
-        for e in entries:
-            self.due[(e.due_ms, e.job_id)] = e
+        self.window.end = now + self.config.window_ms
+        entries, _ = await self.store.load_due(self.window.end)
+        self.window.extend(entries, self.window.end)
         waiting = {(e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE}
         runs = await self.store.load_runs()
         inherited = [r for r in runs if (r.job_id, r.scheduled_ms) not in waiting]
@@ -133,7 +107,7 @@ class PartitionRunner:
         )  # fmt: skip
 
     async def stop(self) -> list[str]:
-        """Stops the loops; returns the ids of executions this runner had in memory."""
+        """Stops the loops; returns the ids of executions this partition had in memory."""
         self._stopping = True
         self.driver.stop()
         for t in self._tasks:
@@ -154,7 +128,7 @@ class PartitionRunner:
         """
         self._stopping = True
         self.driver.stop()
-        async with self._lock:
+        async with self.lock:
             by_job: dict[str, list[Live]] = {}
             for live in self.live.values():
                 if not live.dispatched and live.ex.trigger == execution_pb2.TRIGGER_SCHEDULE:
@@ -191,17 +165,17 @@ class PartitionRunner:
             return n
 
     def fenced_out(self, exc: FencedOut) -> None:
-        """The fence no longer holds (a newer owner exists): this runner must stop."""
+        """The fence no longer holds (a newer owner exists): this partition must stop."""
         log.warning("partition %d: %s; stopping", self.partition, exc)
         self._stopping = True
-        self.out.partition_lost(self.partition, str(exc))
+        self.events.partition_lost(self.partition, str(exc))
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
-        """Supervision: a loop of this partition that ends while the runner runs is a crash.
+        """Supervision: a loop of this partition that ends while the partition runs is a crash.
 
         A partition whose claim loop or wheel has stopped fires nothing while it stays owned,
         the worst failure a scheduler can have; so the node is told to release it (a peer, or
-        this node with a fresh runner, takes it over from what etcd holds).
+        this node with a fresh partition, takes it over from what etcd holds).
         """
         if self._stopping or task.cancelled():
             return
@@ -214,7 +188,7 @@ class PartitionRunner:
             "crashed" if exc else "ended",
             exc_info=exc,
         )
-        self.out.partition_failed(self.partition, f"{task.get_name()} crashed: {exc!r}")
+        self.events.partition_failed(self.partition, f"{task.get_name()} crashed: {exc!r}")
 
     async def _adopt(self, runs: Sequence[execution_pb2.Execution]) -> None:
         """Re-tokens executions that may have been sent out under another token, then arms
@@ -241,8 +215,24 @@ class PartitionRunner:
     def _arm(self, ex: execution_pb2.Execution) -> None:
         live = Live(ex)
         self.live[ex.id] = live
-        fire_ms = self.out.prepare(self, live)
+        fire_ms = self.firing.prepare(self, live)
         live.timer = self.driver.add(max(fire_ms, self.clock.now_ms()), ex.id)
+
+    # -- for firing and settling --------------------------------------------------------------
+
+    def arm_at(self, live: Live, fire_ms: int) -> None:
+        """(Re-)arms the timer of a live execution of this partition for ``fire_ms``."""
+        live.timer = self.driver.add(fire_ms, live.ex.id)
+
+    def disarm(self, live: Live) -> None:
+        """Cancels the timer of a live execution, if it has one pending."""
+        if live.timer is not None:
+            self.driver.cancel(live.timer)
+
+    def add_due(self, entry: DueEntry) -> None:
+        """A due entry this node wrote (a retry's timer): claimed when due, if in the window."""
+        if self.window.put(entry):
+            self._wake.set()
 
     # -- claims -----------------------------------------------------------------------------
 
@@ -269,19 +259,20 @@ class PartitionRunner:
 
     async def _claim_round(self) -> None:
         now = self.clock.now_ms()
-        if now + self.config.window_ms // 2 >= self.window_end:
+        if now + self.config.window_ms // 2 >= self.window.end:
             await self._extend_window(now)
-        batch = self._take_due(self.claim_horizon(now))
+        horizon = self.pacer.horizon(self.window, now)
+        batch = self.window.take(horizon, self.config.claim_batch)
         if batch:
             started = self.clock.monotonic()
-            async with self._lock:
+            async with self.lock:
                 failed = await self._claim(batch)
-            self._observe_rate(len(batch), self.clock.monotonic() - started)
+            self.pacer.observe(len(batch), self.clock.monotonic() - started)
             freeze_survivors()  # they all live until their fire: see schedd._gc
             # A concurrent API change failed these: re-read them on the next round.
             self.doubt(failed)
             return
-        wait_ms = self.next_claim_wait_ms(now)
+        wait_ms = self.pacer.idle_wait_ms(self.window, now)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
@@ -317,82 +308,15 @@ class PartitionRunner:
             raise
         log.info("partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs))
 
-    def next_claim_wait_ms(self, now: int) -> int:
-        """How long the claim loop may sleep when a round found nothing to claim.
-
-        Until the window needs extending or the earliest entry reaches its lead; but once the
-        entries of the window would take about as long to claim (at the planned rate) as the
-        time left before that lead, :meth:`claim_horizon` may start them early at any moment,
-        so from then on the loop looks again every 250 ms.
-        """
-        wait_ms = self.window_end - self.config.window_ms // 2 - now
-        if self.due:
-            first_due = self.due.peekitem(0)[0][0]
-            wait_ms = min(wait_ms, first_due - self.config.lead_ms - now)
-            # Sleep until claiming them all would take within a second of what is left, then
-            # poll (new entries wake the loop anyway, so this is redone when the count grows).
-            claim_ms = len(self.due) / self._planned_rate_per_ms()
-            if claim_ms > self.config.claim_slice_ms:  # more than a trickle
-                wait_ms = min(wait_ms, max(250, int(wait_ms - claim_ms - 1000)))
-        return wait_ms
-
-    def _planned_rate_per_ms(self) -> float:
-        """Claims per ms to plan with: this partition's share of the node's rate, or what it
-        measured if that is lower, with a 30% margin."""
-        share = self.config.claim_rate / max(1, self.partitions_owned)
-        return max(min(self.claim_rate, share), 50.0) * 0.7 / 1000.0
-
-    def claim_horizon(self, now: int) -> int:
-        """How far ahead to claim now: L plus one claim slice, stretched ahead of bursts.
-
-        A round is started when the earliest entry is L ahead and takes a slice beyond it, so
-        entries spread thin are claimed in batches. That suffices for a steady trickle. For a
-        burst (100k fires due at :00) claiming takes longer than L at the rate etcd sustains,
-        so the horizon extends to every point h whose backlog (entries due up to h, at the
-        measured claim rate) needs more time than the slack before h: claims then start early
-        enough to be durable by the fire.
-        """
-        horizon = now + self.config.lead_ms + self.config.claim_slice_ms
-        rate_per_ms = self._planned_rate_per_ms()
-        for seconds in range(1, self.config.window_ms // 1000 + 1):
-            h = horizon + seconds * 1000
-            if h > self.window_end:
-                break
-            backlog = self.due.bisect_right((h, "\U0010ffff"))
-            if backlog / rate_per_ms > seconds * 1000:
-                horizon = h
-        return horizon
-
-    def _observe_rate(self, claimed: int, elapsed_s: float) -> None:
-        if claimed >= 64 and elapsed_s > 0:
-            self.claim_rate = 0.7 * self.claim_rate + 0.3 * (claimed / elapsed_s)
-
     async def _extend_window(self, now: int) -> None:
         # Entries inside the old window are known already (loaded, or written by our claims,
         # or brought by notify); only the new slice is read.
         entries, _ = await self.store.load_due(
-            now + self.config.window_ms, after_ms=self.window_end
+            now + self.config.window_ms, after_ms=self.window.end
         )
-        for e in entries:
-            self.due.setdefault((e.due_ms, e.job_id), e)
-        self.window_end = now + self.config.window_ms
+        self.window.extend(entries, now + self.config.window_ms)
         if entries:
             freeze_survivors()
-
-    def _take_due(self, horizon_ms: int) -> list[DueEntry]:
-        """Due entries up to the horizon, at most one per job (one txn cannot touch a key twice)."""
-        taken: list[DueEntry] = []
-        seen: set[str] = set()
-        for key in list(self.due.irange(maximum=(horizon_ms, "\U0010ffff"))):
-            entry = self.due[key]
-            if entry.job_id in seen:
-                continue
-            seen.add(entry.job_id)
-            del self.due[key]
-            taken.append(entry)
-            if len(taken) >= self.config.claim_batch:
-                break
-        return taken
 
     async def _claim(self, entries: list[DueEntry]) -> list[str]:
         """Claims these due entries in batched fenced txns; returns the jobs whose claim failed.
@@ -437,15 +361,10 @@ class PartitionRunner:
         runs: dict[tuple[str, int], execution_pb2.Execution],
     ) -> list[str]:
         now = self.clock.now_ms()
-        claims: list[_Claim] = []
-        for entry in entries:
-            cached = self.jobs.get(entry.job_id)
-            if cached is None:
-                claims.append(_Claim(entry, self.store.drop_due(entry), []))
-            elif entry.kind == FIRE:
-                claims.append(self._plan_fire(entry, cached, now))
-            else:
-                claims.append(self._plan_run(entry, runs.get((entry.job_id, entry.scheduled_ms))))
+        plan, jobs = self.planner.plan, self.jobs
+        claims = [
+            plan(e, jobs.get(e.job_id), runs.get((e.job_id, e.scheduled_ms)), now) for e in entries
+        ]
         ok, revs = await self.store.apply_each([c.item for c in claims])
         failed: list[str] = []
         for claim, good, rev in zip(claims, ok, revs, strict=True):
@@ -455,97 +374,25 @@ class PartitionRunner:
                 failed.append(claim.entry.job_id)
         return failed
 
-    def _compile(self, cached: StoredJob) -> _Compiled:
-        """The job's schedule and execution template, parsed once per spec revision."""
-        job_id = cached.job.id
-        comp = self._compiled.get(job_id)
-        if comp is None or comp.spec_revision != cached.spec_revision:
-            job = cached.job
-            sched = parse_schedule(
-                job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms
-            )
-            comp = _Compiled(cached.spec_revision, sched, execution_template(job, self.partition))
-            self._compiled[job_id] = comp
-        return comp
-
-    def _plan_fire(self, entry: DueEntry, cached: StoredJob, now: int) -> _Claim:
-        job, comp = cached.job, self._compile(cached)
-        sched = comp.schedule
-        missed: list[execution_pb2.Execution] = []
-        if now - entry.due_ms <= self.config.grace_ms:  # on time: the common case
-            f = entry.scheduled_ms
-            executions = [self._new_run(comp, job, f, now)]
-            last = f
-            nxt = sched.next_fire(f)
-        else:
-            plan = plan_misfires(
-                sched,
-                cursor_ms=entry.scheduled_ms - 1,
-                now_ms=now,
-                mode=_MISFIRE_MODES.get(job.misfire.mode, "once"),
-                catch_up_limit=job.misfire.catch_up_limit or 10,
-                starting_deadline_ms=job.misfire.starting_deadline_ms,
-                grace_ms=self.config.grace_ms,
-            )
-            fires, nxt = plan.run, plan.next_fire_ms
-            missed = [self._missed(job, f, reason, now) for f, reason in plan.missed]
-            if plan.missed_not_listed:
-                log.warning(
-                    "job %s: %d more missed fires not recorded", job.id, plan.missed_not_listed
-                )
-            executions = [self._new_run(comp, job, f, now) for f in fires]
-            last = max([entry.scheduled_ms, *fires])
-        if nxt is not None:
-            due_next = nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms)
-            state = JobState(due_next if due_next != entry.due_ms else due_next + 1, nxt, last)
-        else:
-            state = JobState(0, 0, last)
-        item = self.store.claim_fire(cached, entry, executions, state)
-        return _Claim(entry, item, executions, state, missed)
-
-    def _new_run(
-        self, comp: _Compiled, job: job_pb2.Job, fire_ms: int, now: int
-    ) -> execution_pb2.Execution:
-        """The first attempt for one fire: at its jittered time, or now (catch-up) when late."""
-        if now - fire_ms > self.config.grace_ms:
-            return execution_from(comp.template, fire_ms, now, execution_pb2.TRIGGER_CATCH_UP)
-        due = fire_ms + jitter_offset_ms(job.id, fire_ms, job.jitter_ms)
-        return execution_from(comp.template, fire_ms, due, execution_pb2.TRIGGER_SCHEDULE)
-
-    def _missed(
-        self, job: job_pb2.Job, fire_ms: int, reason: str, now: int
-    ) -> execution_pb2.Execution:
-        ex = new_execution(job, self.partition, fire_ms, fire_ms, execution_pb2.TRIGGER_SCHEDULE)
-        ex.state = execution_pb2.EXECUTION_MISSED
-        ex.reason = reason
-        ex.finished_ms = now
-        return ex
-
-    def _plan_run(self, entry: DueEntry, ex: execution_pb2.Execution | None) -> _Claim:
-        if ex is None:
-            return _Claim(entry, self.store.drop_due(entry), [])
-        ex.state = execution_pb2.EXECUTION_PENDING
-        ex.due_ms = entry.due_ms
-        return _Claim(entry, self.store.rewrite_run(ex, consume=entry), [ex])
-
-    def _claimed(self, claim: _Claim, rev: int) -> None:
+    def _claimed(self, claim: Claim, rev: int) -> None:
         for ex in claim.executions:
             ex.fencing_token = rev
             self._arm(ex)
         if claim.missed:
             self.history.record(claim.missed)
-            self.out.recorded(claim.missed)
+            for ex in claim.missed:
+                log.info("execution %s missed: %s", ex.id, ex.reason)
         state = claim.next_state
         if state is None:
             return
         cached = self.jobs[claim.entry.job_id]
         self.jobs[claim.entry.job_id] = StoredJob(cached.job, cached.spec_revision, state, rev)
-        if state.due_ms and state.due_ms <= self.window_end:
+        if state.due_ms:
             nxt = DueEntry(
                 self.partition, state.due_ms, claim.entry.job_id, FIRE, state.next_fire_ms, rev
             )
-            self.due[(nxt.due_ms, nxt.job_id)] = nxt
-            self._wake.set()
+            if self.window.put(nxt):
+                self._wake.set()
 
     # -- reconciling with API changes ---------------------------------------------------------
 
@@ -560,13 +407,12 @@ class PartitionRunner:
         ids = list(dict.fromkeys(job_ids))
         orphaned = set(orphans)
         try:
-            async with self._lock:
+            async with self.lock:
                 views = await self.store.fetch_views(ids)
                 wanted = set(ids)
                 # A scan of the window: changes (update, pause, delete) are rare next to fires;
                 # creations take the cheap path of :meth:`add_created`.
-                for key in [k for k in self.due if k[1] in wanted]:
-                    del self.due[key]
+                self.window.drop_jobs(wanted)
                 adopt: list[execution_pb2.Execution] = []
                 for job_id in ids:
                     adopt += self._reconcile_one(job_id, views[job_id], orphaned)
@@ -579,8 +425,7 @@ class PartitionRunner:
     def add_created(self, entries: Sequence[DueEntry]) -> None:
         """First due entries of newly created jobs (from notify): nothing to reconcile."""
         for e in entries:
-            if e.due_ms <= self.window_end:
-                self.due.setdefault((e.due_ms, e.job_id), e)
+            self.window.put(e, replace=False)
         if entries:
             freeze_survivors()
         self._wake.set()
@@ -591,19 +436,18 @@ class PartitionRunner:
         """Makes memory agree with one job's view; returns the runs to adopt."""
         if view.cached is None:
             self.jobs.pop(job_id, None)
-            self._compiled.pop(job_id, None)
+            self.planner.forget(job_id)
         else:
             self.jobs[job_id] = view.cached
         for e in view.due:
-            if e.due_ms <= self.window_end:
-                self.due[(e.due_ms, e.job_id)] = e
+            self.window.put(e)
         runs = {r.id: r for r in view.runs}
         for eid in [e for e, lv in self.live.items() if lv.ex.job_id == job_id]:
             current = runs.get(eid)
             if current is None or current.fencing_token != self.live[eid].ex.fencing_token:
-                self.out.cancel_live(self, self.live.pop(eid), "removed by an API change")
+                self.firing.cancel(self, self.live.pop(eid), "removed by an API change")
             elif eid in orphans:  # unchanged in etcd, but nothing has it in flight
-                self.out.cancel_live(self, self.live.pop(eid), "handed out again")
+                self.firing.cancel(self, self.live.pop(eid), "handed out again")
         # A RETRY_WAIT run, or one a RUN entry points at, is claimed through its due entry.
         waiting = {e.scheduled_ms for e in view.due if e.kind != FIRE}
         return [
@@ -623,11 +467,8 @@ class PartitionRunner:
         self._reload_wanted = True
         entries, _ = await self.store.load_due(now + self.config.window_ms)
         self._reload_wanted = False
-        async with self._lock:
-            self.due.clear()
-            for e in entries:
-                self.due[(e.due_ms, e.job_id)] = e
-            self.window_end = now + self.config.window_ms
+        async with self.lock:
+            self.window.reset(entries, now + self.config.window_ms)
             in_window = {e.job_id for e in entries}
             for j in [j for j in self.jobs if j in in_window]:
                 self.jobs.pop(j, None)
@@ -638,4 +479,4 @@ class PartitionRunner:
     async def _on_timers(self, execution_ids: list[str]) -> None:
         lives = [self.live[e] for e in execution_ids if e in self.live]
         if lives:
-            await self.out.fire(self, lives)
+            await self.firing.fire(self, lives)

@@ -1,0 +1,300 @@
+"""Firing: what happens to a claimed execution when its timer expires.
+
+The :class:`Firer` is every partition's :class:`~._live.Firing`. It builds the dispatch message
+when the claim lands (so the fire only hands it over), applies the job's overlap policy at the
+instant (``allow``, ``forbid``, ``buffer_one``, ``replace``) against the :class:`RunningIndex`
+it owns, sends ALLOW jobs ahead of their instant to workers that hold them, and hands the rest
+to the dispatcher, a fire slice per event-loop pass. Skips are the only writes it makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from schedd._clock import Clock
+from schedd._errors import FencedOut, SchedError
+from schedd.history import History
+from schedd.node._config import NodeConfig
+from schedd.node._live import Live, RunningIndex
+from schedd.v1 import execution_pb2, job_pb2, worker_pb2
+
+if TYPE_CHECKING:
+    from schedd.dispatch import Dispatcher
+    from schedd.node._partition import Partition
+
+log = logging.getLogger(__name__)
+
+#: Overlap policies whose decision does not depend on what runs at the instant: an execution
+#: of such a job may be sent ahead to a worker that holds it.
+_HOLDABLE = frozenset({job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED})
+_SKIPPED_REASON = "overlap policy: a previous run of this job is still running"
+
+
+class Firer:
+    """Fires claimed executions: overlap policies, holding ahead, dispatch, fire slices.
+
+    Attributes:
+        running: the dispatched, unfinished executions per job (the settler ends them).
+        dispatcher: where executions go; attached by the node once it exists.
+    """
+
+    def __init__(self, config: NodeConfig, clock: Clock, history: History) -> None:
+        self.config = config
+        self.clock = clock
+        self.history = history
+        self.running = RunningIndex()
+        self.dispatcher: Dispatcher | None = None
+        self._slices = FireSlices(config.fire_slice)
+
+    def prepare(self, partition: Partition, live: Live) -> int:
+        """Builds the dispatch message ahead of the fire (its deadline counts from due_ms).
+
+        Returns:
+            When its timer should fire: ``hold_ms`` before the instant for a job whose overlap
+            policy cannot depend on the instant (ALLOW), so a worker may hold it; else the
+            instant.
+        """
+        cached = partition.jobs.get(live.ex.job_id)
+        job = cached.job if cached else None
+        live.message = dispatch_message(live.ex, job, live.ex.due_ms, self.config)
+        hold = self.config.hold_ms
+        if hold > 0 and job is not None and job.overlap in _HOLDABLE:
+            return live.ex.due_ms - hold
+        return live.ex.due_ms
+
+    async def fire(self, partition: Partition, lives: list[Live]) -> None:
+        """The wheel fired these: apply overlap policies, dispatch the rest in one batch.
+
+        When other partitions already fired a slice's worth on this loop pass (a burst
+        instant: every partition's wheel is due on the same pass), this one waits for the
+        next pass, so the stream writes their fires woke go first and the first handlers
+        start while the rest of the burst is still being fired. More than a slice from one
+        partition is fired a slice at a time the same way.
+        """
+        size = self._slices.size
+        if size and len(lives) > size:  # one partition's share of a burst: a slice per pass
+            for i in range(0, len(lives), size):
+                await self._fire(partition, lives[i : i + size], stale=i > 0)
+            return
+        await self._fire(partition, lives)
+
+    def cancel(self, partition: Partition, live: Live, reason: str) -> None:
+        """The execution left its partition: disarm it, cancel it on its worker, forget it."""
+        partition.disarm(live)
+        if live.dispatched:
+            self._cancel_dispatch(live, reason)
+        self.running.discard(live.ex.job_id, live.ex.id)
+
+    async def _take_slice(self, partition: Partition, lives: list[Live], stale: bool) -> list[Live]:
+        while self._slices.full():
+            await self._slices.next_pass()
+            stale = True
+        if stale:  # the loop ran since the wheel fired them: keep only those still held
+            held = partition.live
+            lives = [lv for lv in lives if held.get(lv.ex.id) is lv and not lv.dispatched]
+        self._slices.used(len(lives))
+        return lives
+
+    async def _fire(self, partition: Partition, lives: list[Live], stale: bool = False) -> None:
+        lives = await self._take_slice(partition, lives, stale)
+        now = self.clock.now_ms()
+        send: list[Live] = []
+        skipped: list[Live] = []
+        running = self.running.by_job
+        for live in lives:
+            if live.ex.job_id not in running:  # nothing of this job runs: every policy sends it
+                send.append(live)
+            else:
+                self._apply_overlap(partition, live, send, skipped)
+        if skipped:
+            await self._skip(partition, skipped, now)
+        self.dispatch(partition, send, now)
+
+    def _apply_overlap(
+        self, partition: Partition, live: Live, send: list[Live], skipped: list[Live]
+    ) -> None:
+        """The job has an execution out: its overlap policy decides what this fire does."""
+        job_id, eid = live.ex.job_id, live.ex.id
+        busy = [e for e in self.running.ids(job_id) if e != eid]
+        cached = partition.jobs.get(job_id)
+        policy = cached.job.overlap if cached else job_pb2.OVERLAP_ALLOW
+        if not busy or policy in (job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED):
+            send.append(live)
+        elif policy == job_pb2.OVERLAP_FORBID:
+            skipped.append(live)
+        elif policy == job_pb2.OVERLAP_BUFFER_ONE:
+            if job_id in self.running.buffered:
+                skipped.append(live)
+            else:
+                live.buffered = True
+                self.running.buffered[job_id] = live
+        else:  # REPLACE
+            for other in busy:
+                old = partition.live.get(other)
+                if old is not None:
+                    old.cancelling = True
+                    self._cancel_dispatch(old, "replaced by a newer fire")
+            send.append(live)
+
+    def dispatch(self, partition: Partition, lives: Sequence[Live], now: int) -> None:
+        """Hands these out now (or holds those before their instant on a worker)."""
+        if not lives or self.dispatcher is None:
+            return
+        out = []
+        early: list[Live] = []
+        running, add = self.running.by_job, self.running.add
+        dispatched = execution_pb2.EXECUTION_DISPATCHED
+        for live in lives:
+            ex = live.ex
+            if ex.due_ms > now and not live.hold_refused:
+                early.append(live)
+                continue
+            self._mark_dispatched(live, now)
+            job_id = ex.job_id
+            if job_id in running:
+                add(job_id, ex.id)
+            else:
+                running[job_id] = ex.id
+            msg = live.message
+            if msg is None or msg.fencing_token != ex.fencing_token:
+                cached = partition.jobs.get(job_id)
+                msg = dispatch_message(ex, cached.job if cached else None, now, self.config)
+            live.message = None
+            out.append(msg)
+            ex.state = dispatched
+        if out:
+            self.dispatcher.submit(out)
+        if early:
+            self._hold(partition, early, now)
+
+    def _mark_dispatched(self, live: Live, now: int) -> None:
+        live.dispatched = True
+        if live.buffered:
+            live.buffered = False
+            self.running.buffered.pop(live.ex.job_id, None)
+        live.ex.dispatched_ms = now
+
+    def _hold(self, partition: Partition, lives: list[Live], now: int) -> None:
+        """Fired ahead of their instant: a worker that can hold them gets them now; the rest
+        are armed again for the instant itself."""
+        assert self.dispatcher is not None
+        msgs = []
+        for live in lives:
+            ex = live.ex
+            msg = live.message
+            if msg is None or msg.fencing_token != ex.fencing_token:
+                cached = partition.jobs.get(ex.job_id)
+                job = cached.job if cached else None
+                msg = live.message = dispatch_message(ex, job, ex.due_ms, self.config)
+            msg.start_at_ms = ex.due_ms
+            msgs.append(msg)
+        refused = self.dispatcher.hold(msgs)
+        back = {d.execution_id for d in refused}
+        running, add = self.running.by_job, self.running.add
+        for live in lives:
+            ex = live.ex
+            if ex.id in back:
+                live.hold_refused = True
+                if live.message is not None:
+                    live.message.start_at_ms = 0
+                partition.arm_at(live, ex.due_ms)
+                continue
+            self._mark_dispatched(live, now)
+            live.message = None
+            ex.state = execution_pb2.EXECUTION_DISPATCHED
+            if ex.job_id in running:
+                add(ex.job_id, ex.id)
+            else:
+                running[ex.job_id] = ex.id
+
+    async def _skip(self, partition: Partition, lives: Sequence[Live], now: int) -> None:
+        """Records fires the overlap policy dropped as SKIPPED (their runs leave etcd)."""
+        items, finals = [], []
+        for live in lives:
+            partition.live.pop(live.ex.id, None)
+            final = execution_pb2.Execution()
+            final.CopyFrom(live.ex)
+            final.state = execution_pb2.EXECUTION_SKIPPED
+            final.reason = _SKIPPED_REASON
+            final.finished_ms = now
+            items.append(partition.store.finish_run(live.ex))
+            finals.append(final)
+        try:
+            ok, _ = await partition.store.apply(items)
+        except FencedOut as exc:
+            partition.fenced_out(exc)
+            return
+        except SchedError as exc:
+            # They left memory: if etcd still holds them, the partition adopts them again.
+            log.warning("partition %d: recording skips failed: %s", partition.partition, exc)
+            partition.doubt(f.job_id for f in finals)
+            return
+        self.history.record([f for f, good in zip(finals, ok, strict=True) if good])
+        partition.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
+
+    def _cancel_dispatch(self, live: Live, reason: str) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.cancel(live.ex.id, live.ex.fencing_token, reason)
+
+
+def dispatch_message(
+    ex: execution_pb2.Execution, job: job_pb2.Job | None, now: int, config: NodeConfig
+) -> worker_pb2.Dispatch:
+    """The Dispatch for one attempt; its deadline counts from ``now`` (the instant, if held)."""
+    timeout = (job.timeout_ms if job else 0) or config.default_timeout_ms
+    d = worker_pb2.Dispatch(
+        execution_id=ex.id,
+        job_id=ex.job_id,
+        tenant=ex.tenant,
+        scheduled_ms=ex.scheduled_ms,
+        attempt=ex.attempt,
+        fencing_token=ex.fencing_token,
+        queue=ex.queue or "default",
+        handler=ex.handler,
+        payload=ex.payload_override if ex.has_payload_override else (job.payload if job else b""),
+        deadline_ms=now + timeout,
+        checkpoint=ex.checkpoint,
+        has_checkpoint=bool(ex.checkpoint),
+        max_attempts=ex.max_attempts,
+    )
+    if job is not None and job.WhichOneof("target") in ("http", "shell"):
+        target = job_pb2.Job()
+        if job.HasField("http"):
+            target.http.CopyFrom(job.http)
+        else:
+            target.shell.CopyFrom(job.shell)
+        d.target = target.SerializeToString()
+    return d
+
+
+class FireSlices:
+    """Counts fires per event-loop pass; past ``size`` in one pass, further fires wait a pass.
+
+    The count starts again at the first callback of each pass that had fires (a ``call_soon``
+    made when the pass's first fire was counted), so a lone fire never waits.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._count = 0
+        self._reset_queued = False
+
+    def full(self) -> bool:
+        return self.size > 0 and self._count >= self.size
+
+    def used(self, n: int) -> None:
+        if not self._reset_queued and n:
+            self._reset_queued = True
+            asyncio.get_running_loop().call_soon(self._reset)
+        self._count += n
+
+    def _reset(self) -> None:
+        self._count = 0
+        self._reset_queued = False
+
+    @staticmethod
+    async def next_pass() -> None:
+        await asyncio.sleep(0)

@@ -1,0 +1,166 @@
+"""What a node holds in memory about executions between their claim and their result, and
+the seams between a partition and the roles around it.
+
+:class:`Live` is one claimed, unfinished execution (owned by its :class:`~._partition.Partition`);
+:class:`RunningIndex` is which executions of each job are out on workers (owned by the
+:class:`~._firing.Firer`, read by the overlap policies); :class:`OwnedPartitions` is the table
+of the partitions this node runs, with the lookup from an execution id to its partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from schedd.store._keys import parse_execution_id, partition_of
+from schedd.v1 import execution_pb2, worker_pb2
+
+if TYPE_CHECKING:
+    from schedd.node._partition import Partition
+
+
+@dataclass
+class Live:
+    """An execution this node holds: claimed, maybe dispatched, not finished."""
+
+    ex: execution_pb2.Execution
+    timer: Any = None
+    dispatched: bool = False
+    cancelling: bool = False
+    buffered: bool = False
+    # Fired ahead of its instant once and no worker could hold it: fire it at the instant.
+    hold_refused: bool = False
+    # Built when the claim lands (seconds before the fire), so firing only hands it over.
+    message: worker_pb2.Dispatch | None = None
+
+
+class Firing(Protocol):
+    """What a partition hands its claimed executions to (the node's :class:`~._firing.Firer`)."""
+
+    def prepare(self, partition: Partition, live: Live) -> int:
+        """Readies a claimed execution; returns when its timer should fire."""
+        ...
+
+    async def fire(self, partition: Partition, lives: list[Live]) -> None:
+        """The wheel fired these."""
+        ...
+
+    def cancel(self, partition: Partition, live: Live, reason: str) -> None:
+        """This execution left the partition (changed in etcd): stop whatever it is doing."""
+        ...
+
+
+class PartitionEvents(Protocol):
+    """What a partition tells its node about itself."""
+
+    def partition_lost(self, partition: int, reason: str) -> None:
+        """The fence no longer holds: stop using the partition."""
+        ...
+
+    def partition_failed(self, partition: int, reason: str) -> None:
+        """A loop of the partition crashed: release it, so it is claimed afresh."""
+        ...
+
+
+class RunningIndex:
+    """The dispatched, unfinished executions of each job, and the one fire a BUFFER_ONE job
+    keeps waiting.
+
+    A job with one running execution maps to its id (a plain ``str``: no container allocated
+    per fire); several map to a set.
+    """
+
+    def __init__(self) -> None:
+        self.by_job: dict[str, str | set[str]] = {}
+        self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.by_job
+
+    def add(self, job_id: str, execution_id: str) -> None:
+        ids = self.by_job.get(job_id)
+        if ids is None or ids == execution_id:
+            self.by_job[job_id] = execution_id
+        elif isinstance(ids, str):
+            self.by_job[job_id] = {ids, execution_id}
+        else:
+            ids.add(execution_id)
+
+    def discard(self, job_id: str, execution_id: str) -> None:
+        """Forgets a dispatched execution of a job (and the job, when it has none left)."""
+        ids = self.by_job.get(job_id)
+        if ids is None:
+            return
+        if isinstance(ids, str):
+            if ids == execution_id:
+                del self.by_job[job_id]
+            return
+        ids.discard(execution_id)
+        if len(ids) == 1:
+            self.by_job[job_id] = next(iter(ids))
+        elif not ids:
+            del self.by_job[job_id]
+
+    def ids(self, job_id: str) -> list[str]:
+        """The dispatched, unfinished executions of a job."""
+        ids = self.by_job.get(job_id)
+        if ids is None:
+            return []
+        return [ids] if isinstance(ids, str) else list(ids)
+
+
+class OwnedPartitions:
+    """The partitions this node runs, by number, and which one an execution belongs to."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._by_number: dict[int, Partition] = {}
+        self._partition_of: dict[str, int] = {}  # job id -> partition (a SHA-1 each, else)
+
+    def __len__(self) -> int:
+        return len(self._by_number)
+
+    def __contains__(self, partition: int) -> bool:
+        return partition in self._by_number
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self._by_number))
+
+    def __getitem__(self, partition: int) -> Partition:
+        return self._by_number[partition]
+
+    def get(self, partition: int) -> Partition | None:
+        return self._by_number.get(partition)
+
+    def values(self) -> list[Partition]:
+        return list(self._by_number.values())
+
+    def add(self, partition: Partition) -> None:
+        self._by_number[partition.partition] = partition
+        self._share_claim_rate()
+
+    def remove(self, partition: int) -> Partition | None:
+        out = self._by_number.pop(partition, None)
+        self._share_claim_rate()
+        return out
+
+    def is_current(self, partition: Partition) -> bool:
+        """Whether ``partition`` still runs here (it may have moved while a caller waited)."""
+        return self._by_number.get(partition.partition) is partition
+
+    def of_job(self, job_id: str) -> Partition | None:
+        p = self._partition_of.get(job_id)
+        if p is None:
+            if len(self._partition_of) >= 1 << 17:
+                self._partition_of.clear()
+            p = self._partition_of[job_id] = partition_of(job_id, self.count)
+        return self._by_number.get(p)
+
+    def of_execution(self, execution_id: str) -> Partition | None:
+        return self.of_job(parse_execution_id(execution_id)[0])
+
+    def _share_claim_rate(self) -> None:
+        # The node's claim rate is shared by the partitions it runs.
+        for part in self._by_number.values():
+            part.pacer.partitions_owned = len(self._by_number)

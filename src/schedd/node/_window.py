@@ -1,0 +1,78 @@
+"""The part of a partition's due index held in memory: entries due up to the window's end.
+
+The owner loads ``due/p/`` up to ``now + W`` and extends the window as time passes; claims,
+notify and retries add entries inside it; claiming takes them out. Entries beyond the end
+stay in etcd until the window reaches them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sortedcontainers import SortedDict
+
+from schedd.store._records import DueEntry
+
+_LAST = "\U0010ffff"  # sorts after every job id: (due_ms, _LAST) bounds a due_ms
+
+
+class DueWindow:
+    """Due entries keyed by (due_ms, job_id), up to :attr:`end` (ms since the epoch)."""
+
+    def __init__(self) -> None:
+        self.entries: SortedDict = SortedDict()  # (due_ms, job_id) -> DueEntry
+        self.end = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def reset(self, entries: Iterable[DueEntry], end: int) -> None:
+        """Replaces everything with a fresh read of the index up to ``end``."""
+        self.entries.clear()
+        self.end = end
+        for e in entries:
+            self.entries[(e.due_ms, e.job_id)] = e
+
+    def extend(self, entries: Iterable[DueEntry], end: int) -> None:
+        """Adds the slice read beyond the old end; entries already known are kept."""
+        for e in entries:
+            self.entries.setdefault((e.due_ms, e.job_id), e)
+        self.end = end
+
+    def put(self, entry: DueEntry, *, replace: bool = True) -> bool:
+        """Adds an entry if it falls inside the window; returns whether it did."""
+        if entry.due_ms > self.end:
+            return False
+        if replace:
+            self.entries[(entry.due_ms, entry.job_id)] = entry
+        else:
+            self.entries.setdefault((entry.due_ms, entry.job_id), entry)
+        return True
+
+    def take(self, horizon_ms: int, limit: int) -> list[DueEntry]:
+        """Removes and returns entries due up to the horizon, earliest first, at most one per
+        job (one transaction cannot touch a key twice) and at most ``limit``."""
+        taken: list[DueEntry] = []
+        seen: set[str] = set()
+        for key in list(self.entries.irange(maximum=(horizon_ms, _LAST))):
+            entry = self.entries[key]
+            if entry.job_id in seen:
+                continue
+            seen.add(entry.job_id)
+            del self.entries[key]
+            taken.append(entry)
+            if len(taken) >= limit:
+                break
+        return taken
+
+    def drop_jobs(self, job_ids: set[str]) -> None:
+        """Removes every entry of these jobs (a scan: API changes are rare next to fires)."""
+        for key in [k for k in self.entries if k[1] in job_ids]:
+            del self.entries[key]
+
+    def first_due_ms(self) -> int | None:
+        return int(self.entries.peekitem(0)[0][0]) if self.entries else None
+
+    def count_until(self, due_ms: int) -> int:
+        """How many entries are due at or before ``due_ms``."""
+        return int(self.entries.bisect_right((due_ms, _LAST)))
