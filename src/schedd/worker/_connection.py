@@ -375,12 +375,21 @@ class NodeConnection:
             finally:
                 self.live = False
                 self._owner.stream_ended(self)
-                self._message, self._batch = _new_message()
-                self._items = self._bytes = 0
-                self._sealed.clear()
-                self._started.clear()
+                self._reset_buffer()
                 call.cancel()
             return True
+
+    def _reset_buffer(self) -> None:
+        """Forget what was buffered for the stream that ended. The flush timer goes too: one
+        that fired while the writer failed would otherwise stay set, and ``_added`` arms a
+        timer only when there is none, so the next stream's small batches would never go."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._message, self._batch = _new_message()
+        self._items = self._bytes = 0
+        self._sealed.clear()
+        self._started.clear()
 
     async def _serve(self, call: Any) -> None:
         """Read and write until the node ends the stream; a writer that fails ends it too
