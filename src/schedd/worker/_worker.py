@@ -149,9 +149,11 @@ class Worker:
 
     @property
     def handler_names(self) -> list[str]:
+        """The registered handlers' names, sorted (what Hello tells the nodes)."""
         return sorted(self._handlers)
 
     def hello(self) -> worker_pb2.Hello:
+        """What this worker tells a node when a stream opens: id, queues, what it runs."""
         return worker_pb2.Hello(
             worker_id=self.worker_id or "",
             queues=self.config.queues,
@@ -173,6 +175,7 @@ class Worker:
             await self._attempts.hold.starting()
 
     def flush_ledger(self) -> None:
+        """Make every recorded result durable (the streams call it before each write)."""
         self.ledger.flush()
 
     @property
@@ -304,6 +307,7 @@ class Worker:
     # ---- what the streams call (StreamOwner) ------------------------------------------------
 
     def stream_opened(self, conn: NodeConnection) -> None:
+        """``conn`` is live: it shares in the dispatch and prefetch credits from now on."""
         self.pool.attach(conn)
         self.holds.attach(conn)
 
@@ -315,6 +319,7 @@ class Worker:
             self._attempts.drop_stream(conn)
 
     def on_node_batch(self, conn: NodeConnection, batch: worker_pb2.NodeBatch) -> None:
+        """Apply what a node sent (see :meth:`Attempts.on_node_batch`)."""
         assert self._attempts is not None
         self._attempts.on_node_batch(conn, batch)
 
