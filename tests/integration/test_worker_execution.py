@@ -77,7 +77,7 @@ async def test_a_handler_that_never_suspends_is_settled_at_once(
     assert node.authority.started == []
     (task,) = tasks
     assert isinstance(task, EagerTask) and task.done()
-    assert r.worker._running == {}
+    assert r.worker._attempts.running == {}
     await asyncio.sleep(0.2)  # five heartbeat intervals: none for a finished attempt
     assert node.authority.heartbeats == []
 
@@ -105,14 +105,14 @@ async def test_a_handler_that_suspends_then_finishes(
 
     r = await start_worker(node, setup=setup)
     node.submit("e1", handler="waits", deadline_ms=_now_ms() + 60_000)
-    await wait_for(lambda: "e1" in r.worker._running, "e1 running")
+    await wait_for(lambda: "e1" in r.worker._attempts.running, "e1 running")
     node.submit("e2", handler="reads_var")  # a context variable set by e1 does not leak
     assert json.loads((await _result(node, "e2")).output) == "unset"
     release.set()
     res = await _result(node, "e1")
     assert res.outcome == worker_pb2.OUTCOME_SUCCEEDED and json.loads(res.output) == "e1"
     assert tasks[0] is tasks[1]
-    assert r.worker._running == {}
+    assert r.worker._attempts.running == {}
 
 
 async def test_a_suspended_handler_past_its_deadline_times_out(
@@ -165,7 +165,7 @@ async def test_the_node_cancels_a_suspended_handler(
     res = await _result(node, "e1")
     assert res.outcome == worker_pb2.OUTCOME_CANCELLED and res.error == "job replaced"
     assert r.worker.ledger.get("e1") is None  # CANCELLED is not final: not recorded
-    assert r.worker._running == {}
+    assert r.worker._attempts.running == {}
 
 
 async def test_errors_on_the_first_step_and_after_suspending(
@@ -319,7 +319,7 @@ async def test_credits_come_back_for_every_kind_of_end(
     await wait_for(lambda: len(node.authority.results) == 210, "210 results")
     pool = r.worker.pool
     await wait_for(lambda: pool.free + sum(c.unused for c in r.worker._conns) == 3, "credits")
-    assert r.worker._running == {}
+    assert r.worker._attempts.running == {}
 
 
 async def test_a_sync_handler_cancelled_while_queued_never_runs(
@@ -337,7 +337,9 @@ async def test_a_sync_handler_cancelled_while_queued_never_runs(
     r = await start_worker(node, setup=lambda w: w.add_handler("b", blocking), thread_pool_size=1)
     node.submit("first", handler="b", payload="hold", fencing_token=1)
     node.submit("queued", handler="b", payload="go", fencing_token=1)
-    await wait_for(lambda: "queued" in r.worker._running and ran == ["first"], "both started")
+    await wait_for(
+        lambda: "queued" in r.worker._attempts.running and ran == ["first"], "both started"
+    )
     assert node.dispatcher.cancel("queued", 1, "not needed")
     assert (await _result(node, "queued")).outcome == worker_pb2.OUTCOME_CANCELLED
     assert node.dispatcher.cancel("first", 1, "stop holding")

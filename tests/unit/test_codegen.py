@@ -32,15 +32,66 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
 def test_public_faces_are_pinned() -> None:
     import schedd
     import schedd.client
+    import schedd.obs
     import schedd.schedule
     import schedd.worker
 
-    assert {"SchedError", "InvalidArgument", "NotFound", "StaleToken", "ManualClock"} <= set(
-        schedd.__all__
+    assert sorted(schedd.__all__) == sorted(
+        [
+            "AlreadyExists",
+            "Clock",
+            "Conflict",
+            "DeadlineExceeded",
+            "ExecutionNotFound",
+            "FailedPrecondition",
+            "FencedOut",
+            "InvalidArgument",
+            "InvalidSchedule",
+            "JobNotFound",
+            "ManualClock",
+            "NotFound",
+            "ResourceExhausted",
+            "SchedError",
+            "StaleToken",
+            "SystemClock",
+            "Unavailable",
+            "__version__",
+        ]
     )
-    assert {"Client", "AsyncClient"} <= set(schedd.client.__all__)
-    assert {"Worker", "Context", "FencedStore", "PermanentError"} <= set(schedd.worker.__all__)
+    assert sorted(schedd.client.__all__) == sorted(
+        [
+            "IDEMPOTENT_METHODS",
+            "UNSET",
+            "AsyncClient",
+            "BackfillResult",
+            "Client",
+            "CreateJobResult",
+            "build_job",
+            "build_update",
+            "cluster_status_to_dict",
+            "decode_payload",
+            "encode_payload",
+            "execution_to_dict",
+            "grpc_target",
+            "iso_utc",
+            "job_to_dict",
+            "parse_time_ms",
+            "service_config",
+            "to_duration_ms",
+        ]
+    )
+    assert sorted(schedd.worker.__all__) == sorted(
+        [
+            "Context",
+            "FencedStore",
+            "PermanentError",
+            "StaleWrite",
+            "Worker",
+            "WorkerConfig",
+        ]
+    )
+    assert sorted(schedd.obs.__all__) == sorted(["MetricsRecorder", "NoopRecorder"])
     assert {"parse_schedule", "plan_misfires", "Schedule"} <= set(schedd.schedule.__all__)
-    for module in (schedd, schedd.client, schedd.worker, schedd.schedule):
+    for module in (schedd, schedd.client, schedd.worker, schedd.obs, schedd.schedule):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name} is exported but missing"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
@@ -28,7 +29,31 @@ from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger("schedd.client")
 _Resp = TypeVar("_Resp")
+_P = ParamSpec("_P")
 _Time = datetime | str | int
+
+
+def _creating(
+    build: Callable[_P, job_pb2.Job],
+) -> Callable[Concatenate[AsyncClient, _P], Coroutine[Any, Any, CreateJobResult]]:
+    """An ``AsyncClient`` method that builds a Job with ``build`` and creates it."""
+
+    async def create_job(
+        self: AsyncClient, /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> CreateJobResult:
+        return await self.create(build(*args, **kwargs))
+
+    create_job.__doc__ = (
+        "Create a job; arguments as in :func:`schedd.client.build_job` (the Job it builds is"
+        " sent as by :meth:`create`).\n\nReturns:\n    The stored job and whether it was"
+        " created (False: same idempotency key)."
+    )
+    sig = inspect.signature(build)
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    create_job.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[self_param, *sig.parameters.values()], return_annotation="CreateJobResult"
+    )
+    return create_job
 
 
 class AsyncClient:
@@ -77,43 +102,18 @@ class AsyncClient:
             raise err from None
 
     # -- jobs -----------------------------------------------------------------------------------
-    async def create_job(
-        self,
-        name: str,
-        *,
-        schedule: str,
-        tz: str = "UTC",
-        handler: str | None = None,
-        queue: str = "default",
-        http: str | job_pb2.HttpTarget | None = None,
-        shell: Sequence[str] | job_pb2.ShellTarget | None = None,
-        payload: Any = None,
-        max_attempts: int = 0,
-        timeout: float | str | None = None,
-        misfire: str = "once",
-        catch_up_limit: int = 0,
-        starting_deadline: float | str | None = None,
-        overlap: str = "allow",
-        jitter: float | str | None = None,
-        idempotency_key: str = "",
-        tenant: str = "",
-        labels: Mapping[str, str] | None = None,
-        job_id: str = "",
-    ) -> CreateJobResult:
-        """Create a job (arguments as in :func:`schedd.client.build_job`).
+    async def create(self, job: job_pb2.Job) -> CreateJobResult:
+        """Create the job ``job`` describes (see :func:`schedd.client.build_job`).
 
         Returns:
             The stored job and whether it was created (False: same idempotency key).
         """
-        job = build_job(
-            name, schedule=schedule, tz=tz, handler=handler, queue=queue, http=http,
-            shell=shell, payload=payload, max_attempts=max_attempts, timeout=timeout,
-            misfire=misfire, catch_up_limit=catch_up_limit,
-            starting_deadline=starting_deadline, overlap=overlap, jitter=jitter,
-            idempotency_key=idempotency_key, tenant=tenant, labels=labels, job_id=job_id,
-        )  # fmt: skip
         resp = await self._call(self._stub.CreateJob, scheduler_pb2.CreateJobRequest(job=job))
         return CreateJobResult(resp.job, resp.created)
+
+    #: ``create_job(name, *, schedule, ...)``: :meth:`create` with the job built from exactly
+    #: :func:`~schedd.client.build_job`'s arguments (the signature is written there only).
+    create_job = _creating(build_job)
 
     async def create_jobs(self, jobs: Sequence[job_pb2.Job]) -> list[job_pb2.Job | SchedError]:
         """Create many jobs in one call: per item the stored job or the error it failed with."""
@@ -139,7 +139,7 @@ class AsyncClient:
 
     async def list_jobs(
         self, tenant: str = "", name_prefix: str = "", page_size: int = 100
-    ) -> AsyncIterator[job_pb2.Job]:
+    ) -> AsyncGenerator[job_pb2.Job, None]:
         """Every matching job, fetching pages as the iteration goes."""
         token = ""
         while True:
@@ -151,7 +151,7 @@ class AsyncClient:
                 return
 
     async def update_job(
-        self, job_id: str, *, payload: Any = UNSET, expected_version: int = 0, **changes: Any
+        self, /, job_id: str, *, payload: Any = UNSET, expected_version: int = 0, **changes: Any
     ) -> job_pb2.Job:
         """Change the given fields only (``name``, ``schedule``, ``tz``, ``handler``,
         ``queue``, ``http``, ``shell``, ``payload``, ``max_attempts``, ``timeout``, ``misfire``,

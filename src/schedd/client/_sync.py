@@ -1,37 +1,91 @@
-"""The blocking client."""
+"""The blocking client: :class:`AsyncClient` run on a private event loop in a thread of its own.
+
+Every method of :class:`Client` is the AsyncClient method of the same name, run to completion:
+``create_job = _blocking(AsyncClient.create_job)`` keeps its signature (mypy checks the calls
+against it), its docstring and its errors, so each method is written once, in ``_async.py``.
+Why a thread rather than ``asyncio.run`` per call: the channel (and its connections) must
+outlive a call, and a call must work from code that already runs an event loop.
+"""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+import asyncio
+import functools
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-import grpc
+from schedd.client._async import AsyncClient
 
-from schedd._errors import SchedError
-from schedd._status import from_rpc_error, item_error_to_exception
-from schedd.client._channel import channel_spec
-from schedd.client._convert import encode_payload, parse_time_ms
-from schedd.client._requests import (
-    UNSET,
-    BackfillResult,
-    CreateJobResult,
-    build_job,
-    build_update,
-    state_values,
-)
-from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2, scheduler_pb2_grpc
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
+#: How long closing waits for the channel to close and the loop's thread to end.
+_CLOSE_TIMEOUT_S: Final = 5.0
+_EXHAUSTED: Final = object()
 
-log = logging.getLogger("schedd.client")
-_Resp = TypeVar("_Resp")
-_Time = datetime | str | int
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[Client, _P], _R]:
+    """``method`` as a Client method that blocks until the AsyncClient call returns."""
+
+    @functools.wraps(method)
+    def call(self: Client, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return self._run(method(self._async, *args, **kwargs))
+
+    return call
+
+
+def _blocking_iter(
+    method: Callable[Concatenate[AsyncClient, _P], AsyncGenerator[_T, None]],
+) -> Callable[Concatenate[Client, _P], Iterator[_T]]:
+    """``method`` (an async generator) as a Client method returning a lazy iterator."""
+
+    @functools.wraps(method)
+    def call(self: Client, /, *args: _P.args, **kwargs: _P.kwargs) -> Iterator[_T]:
+        items = method(self._async, *args, **kwargs)
+        try:
+            while (item := self._run(_next(items))) is not _EXHAUSTED:
+                yield item
+        finally:
+            if not self._closed:  # an iteration left early: let the generator clean up
+                self._run(items.aclose())
+
+    return call
+
+
+async def _next(items: AsyncIterator[_T]) -> Any:
+    # The sentinel, not StopAsyncIteration, crosses the thread: futures are for results.
+    try:
+        return await items.__anext__()
+    except StopAsyncIteration:
+        return _EXHAUSTED
+
+
+async def _make_async(
+    endpoints: str | Sequence[str], timeout_s: float, tls: bool | str | Path | None
+) -> AsyncClient:
+    return AsyncClient(endpoints, timeout_s=timeout_s, tls=tls)  # on its loop, in its thread
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: Any) -> None:
+    """Close the channel, stop the loop, end its thread (also when a Client is collected)."""
+    if client is not None:
+        future = asyncio.run_coroutine_threadsafe(client.close(), loop)
+        future.result(timeout=_CLOSE_TIMEOUT_S)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=_CLOSE_TIMEOUT_S)
+    if not thread.is_alive():
+        loop.close()
 
 
 class Client:
-    """A blocking client of the Scheduler API.
+    """A blocking client of the Scheduler API: the methods of :class:`AsyncClient`, each
+    returning when its call is done (usable from any thread, and from async code).
 
     Every call has a deadline (``timeout_s``) and raises a :class:`~schedd.SchedError`
     subclass on failure (``NotFound``, ``InvalidArgument`` with its ``field``, ``Unavailable``
@@ -40,6 +94,9 @@ class Client:
         with Client("10.0.0.1:7070,10.0.0.2:7070") as client:
             job = client.create_job("report", schedule="0 9 * * 1-5", tz="Europe/Berlin",
                                     handler="send_report").job
+
+    A Client owns one thread running its event loop until :meth:`close` (or the end of the
+    ``with`` block; a Client that is collected unclosed is closed then).
     """
 
     def __init__(
@@ -49,206 +106,72 @@ class Client:
         timeout_s: float = 10.0,
         tls: bool | str | Path | None = None,
     ) -> None:
-        """Open a channel over every endpoint.
+        """Open a channel over every endpoint (the arguments of :class:`AsyncClient`).
 
         Args:
             endpoints: ``HOST:PORT`` items, as a sequence or comma-separated.
             timeout_s: The deadline of every call, in seconds.
             tls: True for TLS with the system roots, or the path of a root certificate.
         """
-        spec = channel_spec(endpoints, tls)
-        self.timeout_s = timeout_s
-        self.target = spec.target
-        if spec.credentials is None:
-            self._channel = grpc.insecure_channel(spec.target, options=spec.options)
-        else:
-            self._channel = grpc.secure_channel(spec.target, spec.credentials, spec.options)
-        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
-
-    def _call(self, method: Callable[..., _Resp], request: Any) -> _Resp:
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="schedd-client", daemon=True
+        )
+        self._thread.start()
         try:
-            return method(request, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            err = from_rpc_error(exc)
-            log.debug("call failed: %s", err)
-            raise err from None
+            self._async = self._run(_make_async(endpoints, timeout_s, tls))
+        except BaseException:
+            _shut_down(self._loop, self._thread, None)
+            raise
+        self._finalizer = weakref.finalize(self, _shut_down, self._loop, self._thread, self._async)
 
-    # -- jobs -----------------------------------------------------------------------------------
-    def create_job(
-        self,
-        name: str,
-        *,
-        schedule: str,
-        tz: str = "UTC",
-        handler: str | None = None,
-        queue: str = "default",
-        http: str | job_pb2.HttpTarget | None = None,
-        shell: Sequence[str] | job_pb2.ShellTarget | None = None,
-        payload: Any = None,
-        max_attempts: int = 0,
-        timeout: float | str | None = None,
-        misfire: str = "once",
-        catch_up_limit: int = 0,
-        starting_deadline: float | str | None = None,
-        overlap: str = "allow",
-        jitter: float | str | None = None,
-        idempotency_key: str = "",
-        tenant: str = "",
-        labels: Mapping[str, str] | None = None,
-        job_id: str = "",
-    ) -> CreateJobResult:
-        """Create a job (arguments as in :func:`schedd.client.build_job`).
+    @property
+    def timeout_s(self) -> float:
+        return self._async.timeout_s
 
-        Returns:
-            The stored job and whether it was created (False: same idempotency key).
-        """
-        job = build_job(
-            name, schedule=schedule, tz=tz, handler=handler, queue=queue, http=http,
-            shell=shell, payload=payload, max_attempts=max_attempts, timeout=timeout,
-            misfire=misfire, catch_up_limit=catch_up_limit,
-            starting_deadline=starting_deadline, overlap=overlap, jitter=jitter,
-            idempotency_key=idempotency_key, tenant=tenant, labels=labels, job_id=job_id,
-        )  # fmt: skip
-        resp = self._call(self._stub.CreateJob, scheduler_pb2.CreateJobRequest(job=job))
-        return CreateJobResult(resp.job, resp.created)
+    @property
+    def target(self) -> str:
+        return self._async.target
 
-    def create_jobs(self, jobs: Sequence[job_pb2.Job]) -> list[job_pb2.Job | SchedError]:
-        """Create many jobs in one call: per item the stored job or the error it failed with."""
-        req = scheduler_pb2.BatchCreateJobsRequest(jobs=jobs)
-        resp = self._call(self._stub.BatchCreateJobs, req)
-        return [
-            r.ok.job if r.WhichOneof("outcome") == "ok" else item_error_to_exception(r.error)
-            for r in resp.results
-        ]
+    def _run(self, coro: Coroutine[Any, Any, _R]) -> _R:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("this Client is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt while waiting: do not leave it running
+            raise
 
-    def get_job(self, job_id: str) -> job_pb2.Job:
-        """The job with this id (``NotFound`` if none)."""
-        return self._call(self._stub.GetJob, scheduler_pb2.GetJobRequest(id=job_id))
-
-    def list_jobs_page(
-        self, tenant: str = "", name_prefix: str = "", page_size: int = 100, page_token: str = ""
-    ) -> scheduler_pb2.ListJobsResponse:
-        """One page of jobs; pass its ``next_page_token`` for the next one."""
-        req = scheduler_pb2.ListJobsRequest(
-            tenant=tenant, name_prefix=name_prefix, page_size=page_size, page_token=page_token
-        )
-        return self._call(self._stub.ListJobs, req)
-
-    def list_jobs(
-        self, tenant: str = "", name_prefix: str = "", page_size: int = 100
-    ) -> Iterator[job_pb2.Job]:
-        """Every matching job, fetching pages as the iteration goes."""
-        token = ""
-        while True:
-            page = self.list_jobs_page(tenant, name_prefix, page_size, token)
-            yield from page.jobs
-            token = page.next_page_token
-            if not token:
-                return
-
-    def update_job(
-        self, job_id: str, *, payload: Any = UNSET, expected_version: int = 0, **changes: Any
-    ) -> job_pb2.Job:
-        """Change the given fields only (``name``, ``schedule``, ``tz``, ``handler``,
-        ``queue``, ``http``, ``shell``, ``payload``, ``max_attempts``, ``timeout``, ``misfire``,
-        ``catch_up_limit``, ``starting_deadline``, ``overlap``, ``jitter``, ``labels``).
-
-        ``payload=None`` clears the payload; a non-zero ``expected_version`` makes the update
-        conditional (``Conflict`` when the stored version differs).
-        """
-        req = build_update(job_id, expected_version=expected_version, payload=payload, **changes)
-        return self._call(self._stub.UpdateJob, req)
-
-    def delete_job(self, job_id: str) -> int:
-        """Delete a job; returns how many pending executions were cancelled with it."""
-        req = scheduler_pb2.DeleteJobRequest(id=job_id)
-        return self._call(self._stub.DeleteJob, req).cancelled_executions
-
-    def pause_job(self, job_id: str) -> job_pb2.Job:
-        """Stop firing the job until it is resumed."""
-        return self._call(self._stub.PauseJob, scheduler_pb2.PauseJobRequest(id=job_id))
-
-    def resume_job(self, job_id: str) -> job_pb2.Job:
-        """Resume a paused job."""
-        return self._call(self._stub.ResumeJob, scheduler_pb2.ResumeJobRequest(id=job_id))
-
-    def trigger_job(self, job_id: str, payload: Any = None) -> execution_pb2.Execution:
-        """Run the job once now; ``payload`` (if given) overrides the job's for this run."""
-        req = scheduler_pb2.TriggerJobRequest(id=job_id, payload=encode_payload(payload))
-        return self._call(self._stub.TriggerJob, req)
-
-    def backfill_job(self, job_id: str, start: _Time, end: _Time, limit: int = 0) -> BackfillResult:
-        """One execution per scheduled fire in ``[start, end)`` (datetimes, ISO text or ms)."""
-        req = scheduler_pb2.BackfillJobRequest(
-            id=job_id,
-            start_ms=parse_time_ms(start, "start"),
-            end_ms=parse_time_ms(end, "end"),
-            limit=limit,
-        )
-        resp = self._call(self._stub.BackfillJob, req)
-        return BackfillResult(list(resp.executions), resp.truncated)
+    # -- jobs (each the AsyncClient method, blocking) -------------------------------------------
+    create = _blocking(AsyncClient.create)
+    create_job = _blocking(AsyncClient.create_job)
+    create_jobs = _blocking(AsyncClient.create_jobs)
+    get_job = _blocking(AsyncClient.get_job)
+    list_jobs_page = _blocking(AsyncClient.list_jobs_page)
+    list_jobs = _blocking_iter(AsyncClient.list_jobs)
+    update_job = _blocking(AsyncClient.update_job)
+    delete_job = _blocking(AsyncClient.delete_job)
+    pause_job = _blocking(AsyncClient.pause_job)
+    resume_job = _blocking(AsyncClient.resume_job)
+    trigger_job = _blocking(AsyncClient.trigger_job)
+    backfill_job = _blocking(AsyncClient.backfill_job)
 
     # -- executions -----------------------------------------------------------------------------
-    def get_execution(self, execution_id: str) -> execution_pb2.Execution:
-        """The execution with this id (``"{job_id}@{scheduled_ms}"``)."""
-        req = scheduler_pb2.GetExecutionRequest(id=execution_id)
-        return self._call(self._stub.GetExecution, req)
-
-    def list_executions(
-        self,
-        job_id: str = "",
-        states: Iterable[int | str] = (),
-        tenant: str = "",
-        limit: int = 100,
-    ) -> list[execution_pb2.Execution]:
-        """Up to ``limit`` executions, newest first; ``states`` as enum values or names."""
-        out: list[execution_pb2.Execution] = []
-        req = scheduler_pb2.ListExecutionsRequest(
-            job_id=job_id,
-            tenant=tenant,
-            states=state_values(states),  # type: ignore[arg-type]
-        )
-        while len(out) < limit:
-            req.page_size = min(limit - len(out), 1000)
-            resp = self._call(self._stub.ListExecutions, req)
-            out.extend(resp.executions)
-            if not resp.next_page_token:
-                break
-            req.page_token = resp.next_page_token
-        return out[:limit]
-
-    def list_dead_letters(
-        self, tenant: str = "", job_id: str = "", limit: int = 100
-    ) -> list[execution_pb2.Execution]:
-        """Up to ``limit`` executions from the dead-letter queue."""
-        out: list[execution_pb2.Execution] = []
-        req = scheduler_pb2.ListDeadLettersRequest(tenant=tenant, job_id=job_id)
-        while len(out) < limit:
-            req.page_size = min(limit - len(out), 1000)
-            resp = self._call(self._stub.ListDeadLetters, req)
-            out.extend(resp.executions)
-            if not resp.next_page_token:
-                break
-            req.page_token = resp.next_page_token
-        return out[:limit]
-
-    def redrive(
-        self, execution_ids: Sequence[str] = (), tenant: str = "", job_id: str = ""
-    ) -> list[execution_pb2.Execution]:
-        """Put dead executions back (the given ids, else all matching tenant and job)."""
-        req = scheduler_pb2.RedriveDeadLettersRequest(
-            execution_ids=execution_ids, tenant=tenant, job_id=job_id
-        )
-        return list(self._call(self._stub.RedriveDeadLetters, req).executions)
-
-    def cluster_status(self) -> scheduler_pb2.ClusterStatus:
-        """Nodes, partition owners with their epochs, and connected workers."""
-        return self._call(self._stub.GetClusterStatus, scheduler_pb2.GetClusterStatusRequest())
+    get_execution = _blocking(AsyncClient.get_execution)
+    list_executions = _blocking(AsyncClient.list_executions)
+    list_dead_letters = _blocking(AsyncClient.list_dead_letters)
+    redrive = _blocking(AsyncClient.redrive)
+    cluster_status = _blocking(AsyncClient.cluster_status)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the channel."""
-        self._channel.close()
+        """Close the channel and end the client's thread (a second call does nothing)."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
 
     def __enter__(self) -> Client:
         return self

@@ -43,7 +43,7 @@ def _etcd_ports() -> tuple[int | None, int | None]:
 
 async def _run(data_dir: Path, listen: str) -> int:
     from schedd.dev.demo_handlers import register
-    from schedd.worker import Worker
+    from schedd.worker import Worker, WorkerConfig
 
     client_port, peer_port = _etcd_ports()
     etcd = EtcdProcess(data_dir / "etcd", client_port=client_port, peer_port=peer_port)
@@ -65,10 +65,12 @@ async def _run(data_dir: Path, listen: str) -> int:
     try:
         await node.start()
         worker = Worker(
-            [node.address], queues=["default"], worker_id="dev-worker", data_dir=data_dir / "worker"
+            WorkerConfig(
+                endpoints=(node.address,), worker_id="dev-worker", data_dir=data_dir / "worker"
+            )
         )
         register(worker)
-        worker_task = asyncio.create_task(worker.run())
+        await worker.start()
         print(
             NEXT_STEPS.format(
                 etcd=etcd.endpoint, data=data_dir, node=node.address, worker="dev-worker"
@@ -78,10 +80,11 @@ async def _run(data_dir: Path, listen: str) -> int:
         await stop.wait()
         print("stopping…", file=sys.stderr, flush=True)
         await worker.stop(graceful=True)
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await worker_task
         return 0
     finally:
+        if worker is not None:  # a no-op after the graceful stop above
+            with contextlib.suppress(Exception):
+                await worker.stop(graceful=False)
         with contextlib.suppress(Exception):
             await node.stop()
         await asyncio.to_thread(etcd.stop)

@@ -2,9 +2,10 @@
 
 ::
 
-    from schedd.worker import Context, Worker
+    from schedd.worker import Context, Worker, WorkerConfig
 
     worker = Worker(["10.0.0.1:7070", "10.0.0.2:7070"], queues=["default"], data_dir="/var/lib/w")
+    # the same, typed: Worker(WorkerConfig(endpoints=("10.0.0.1:7070", "10.0.0.2:7070"), ...))
 
     @worker.handler("echo")
     async def echo(ctx: Context, payload: object) -> object:
@@ -13,8 +14,9 @@
     worker.run_sync()
 """
 
+from schedd.worker._config import WorkerConfig
 from schedd.worker._context import Context, PermanentError
 from schedd.worker._fenced import FencedStore, StaleWrite
 from schedd.worker._worker import Worker
 
-__all__ = ["Context", "FencedStore", "PermanentError", "StaleWrite", "Worker"]
+__all__ = ["Context", "FencedStore", "PermanentError", "StaleWrite", "Worker", "WorkerConfig"]

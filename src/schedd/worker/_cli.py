@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+from pathlib import Path
 
+from schedd.worker._config import WorkerConfig
 from schedd.worker._worker import Worker
 
 log = logging.getLogger(__name__)
@@ -36,14 +38,15 @@ def run_worker_from_cli(
     """
     endpoints = [e.strip() for e in connect.split(",") if e.strip()]
     try:
-        worker = Worker(
-            endpoints,
-            queues=queues or ["default"],
+        config = WorkerConfig(
+            endpoints=tuple(endpoints),
+            queues=tuple(queues or ["default"]),
             worker_id=worker_id,
             capacity=capacity,
             prefetch=prefetch,
-            data_dir=data_dir,
+            data_dir=Path(data_dir) if data_dir is not None else None,
         )
+        worker = Worker(config)
         for name in imports:
             module = importlib.import_module(name)
             register = getattr(module, "register", None)

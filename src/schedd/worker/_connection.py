@@ -1,4 +1,8 @@
-"""One worker stream to one node, and the credit pool the worker's streams share."""
+"""One worker stream to one node, and the credit pool the worker's streams share.
+
+A connection knows the worker only through :class:`StreamOwner`, the few calls it makes
+into it, so this module imports nothing else of the worker's.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,12 @@ import logging
 import random
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
 from schedd.v1 import worker_pb2, worker_pb2_grpc
-
-if TYPE_CHECKING:
-    from schedd.worker._worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,37 @@ _MAX_BATCH = 512
 #: 4 MiB, and a burst's results pile up while a write is in flight.
 MAX_ITEMS = 4096
 MAX_RESULT_BYTES = 3 << 20
-_BACKOFF_MIN_S = 0.1
-_BACKOFF_MAX_S = 5.0
+#: Failures a stream is expected to meet (the node went away, the network broke, the node
+#: broke the protocol): logged as one line. Anything else is a bug and logged with its
+#: traceback; either way the connection reconnects.
+_EXPECTED_FAILURES = (grpc.RpcError, ConnectionError, OSError, TimeoutError)
+
+
+class StreamOwner(Protocol):
+    """What a :class:`NodeConnection` needs from the worker it serves (the worker is one)."""
+
+    def hello(self) -> worker_pb2.Hello:
+        """The Hello that opens every stream."""
+        ...
+
+    def clock_ms(self) -> int:
+        """The worker's clock (ms since the epoch), to measure the node's against."""
+        ...
+
+    def stream_opened(self, conn: NodeConnection) -> None:
+        """``conn`` is live: it may be granted credits."""
+
+    def on_node_batch(self, conn: NodeConnection, batch: worker_pb2.NodeBatch) -> None:
+        """Apply what a node sent (cancels, acks, dispatches)."""
+
+    def stream_ended(self, conn: NodeConnection) -> None:
+        """``conn``'s stream ended: take back its credits and what it held."""
+
+    async def starting(self) -> None:
+        """Returns once no burst of held executions is starting (writes wait for it)."""
+
+    def flush_ledger(self) -> None:
+        """Make every recorded result durable (called before each write)."""
 
 
 class CreditPool:
@@ -122,7 +152,20 @@ class NodeConnection:
     item; the ledger is flushed before each write, so no Result leaves before it is recorded.
     """
 
-    def __init__(self, worker: Worker, endpoint: str) -> None:
+    def __init__(
+        self,
+        owner: StreamOwner,
+        endpoint: str,
+        *,
+        backoff: tuple[float, float] = (0.1, 5.0),
+        close_timeout_s: float = 5.0,
+    ) -> None:
+        """Args:
+        owner: The worker this stream serves.
+        endpoint: The node's ``host:port``.
+        backoff: The first and the longest reconnect delay, seconds (full jitter).
+        close_timeout_s: What :meth:`stop` waits for a graceful close by default.
+        """
         self.endpoint = endpoint
         self.welcome: worker_pb2.Welcome | None = None
         self.live = False
@@ -137,7 +180,10 @@ class NodeConnection:
         #: The node's clock minus the worker's, measured at the Welcome (ms).
         self.clock_offset_ms = 0
         self.messages_received = 0
-        self._worker = worker
+        self._owner = owner
+        self._backoff = backoff
+        self._close_timeout_s = close_timeout_s
+        self._task: asyncio.Task[None] | None = None
         self._message, self._batch = _new_message()
         self._items = 0
         self._bytes = 0
@@ -245,61 +291,122 @@ class NodeConnection:
         self._items = self._bytes = 0
         return msg
 
-    # ---- the stream ---------------------------------------------------------------------------
+    # ---- the stream ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start keeping the stream open, in a task of its own (returns at once)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name=f"schedd-worker-{self.endpoint}")
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        # run() turns every Exception into a reconnect: only a BaseException (SystemExit,
+        # KeyboardInterrupt) ends it early. Say so rather than vanish.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("stream to %s stopped for good", self.endpoint, exc_info=task.exception())
+
+    async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """End the stream and its task.
+
+        With ``graceful``, what is buffered is written and the node is given up to ``timeout``
+        seconds (default: the ``close_timeout_s`` given at construction) to end its side;
+        then, or at once without ``graceful``, the task is cancelled. Returns once it ended.
+        """
+        self._closing.set()
+        self._wake.set()
+        task = self._task
+        if task is None:
+            return
+        if graceful:
+            await asyncio.wait(
+                {task}, timeout=self._close_timeout_s if timeout is None else timeout
+            )
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Begin a graceful close: end the stream after writing what is buffered (the node
+        then ends its side, and :meth:`run` returns)."""
+        self._closing.set()
+        self._wake.set()
 
     async def run(self) -> None:
-        """Connect, serve, and reconnect until :meth:`close` (or cancellation)."""
+        """Connect, serve, and reconnect until :meth:`close` (or cancellation).
+
+        Every failure of a stream, expected (the node went away) or not (a bug: logged with
+        its traceback), ends in a reconnect after a backoff with full jitter, starting again
+        from the shortest delay once a stream was welcomed.
+        """
         attempt = 0
+        low, high = self._backoff
         while not self._closing.is_set():
             try:
                 welcomed = await self._serve_once()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except _EXPECTED_FAILURES as e:
                 log.warning("stream to %s failed: %s", self.endpoint, _describe(e))
+                welcomed = False
+            except Exception:
+                log.exception("stream to %s crashed; reconnecting", self.endpoint)
                 welcomed = False
             if self._closing.is_set():
                 return
             attempt = 0 if welcomed else attempt + 1
-            delay = random.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_MIN_S * 2**attempt))
+            delay = random.uniform(0, min(high, low * 2**attempt))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), timeout=delay)
-
-    async def close(self) -> None:
-        """End the stream after writing what is buffered (the node then ends its side)."""
-        self._closing.set()
-        self._wake.set()
 
     async def _serve_once(self) -> bool:
         async with grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerStub(channel).Connect()
-            await call.write(worker_pb2.WorkerMessage(hello=self._worker.hello()))
+            await call.write(worker_pb2.WorkerMessage(hello=self._owner.hello()))
             first = await call.read()
             if not isinstance(first, worker_pb2.NodeMessage) or not first.HasField("welcome"):
                 raise ConnectionError(f"{self.endpoint} did not answer Hello with Welcome")
             self.welcome = first.welcome
             if first.welcome.now_ms:
-                self.clock_offset_ms = first.welcome.now_ms - self._worker.clock_ms()
+                self.clock_offset_ms = first.welcome.now_ms - self._owner.clock_ms()
             log.info("connected to node %s at %s", first.welcome.node_id, self.endpoint)
             self.live = True
-            self._worker.pool.attach(self)
-            self._worker.holds.attach(self)
-            writer = asyncio.create_task(self._write_loop(call))
+            self._owner.stream_opened(self)
             try:
-                await self._read_loop(call)
+                await self._serve(call)
             finally:
                 self.live = False
-                self._worker.pool.detach(self)
-                self._worker.holds.detach(self)
-                self._worker.stream_ended(self)
-                writer.cancel()
-                await asyncio.gather(writer, return_exceptions=True)
-                self._message, self._batch = _new_message()
-                self._items = self._bytes = 0
-                self._sealed.clear()
-                self._started.clear()
+                self._owner.stream_ended(self)
+                self._reset_buffer()
                 call.cancel()
             return True
+
+    def _reset_buffer(self) -> None:
+        """Forget what was buffered for the stream that ended. The flush timer goes too: one
+        that fired while the writer failed would otherwise stay set, and ``_added`` arms a
+        timer only when there is none, so the next stream's small batches would never go."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._message, self._batch = _new_message()
+        self._items = self._bytes = 0
+        self._sealed.clear()
+        self._started.clear()
+
+    async def _serve(self, call: Any) -> None:
+        """Read and write until the node ends the stream; a writer that fails ends it too
+        (raising what the writer raised), so neither half is ever silently gone."""
+        reader = asyncio.create_task(self._read_loop(call))
+        writer = asyncio.create_task(self._write_loop(call))
+        try:
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done() and not writer.cancelled() and writer.exception() is not None:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+                writer.result()  # raises the writer's failure
+            await reader  # the writer ended cleanly (closing): read to the node's end
+        finally:
+            for t in (reader, writer):
+                t.cancel()
+            await asyncio.gather(reader, writer, return_exceptions=True)
 
     async def _read_loop(self, call: Any) -> None:
         while True:
@@ -309,7 +416,7 @@ class NodeConnection:
             self.messages_received += 1
             kind = msg.WhichOneof("kind")
             if kind == "batch":
-                self._worker.on_node_batch(self, msg.batch)
+                self._owner.on_node_batch(self, msg.batch)
             elif kind == "welcome":
                 self.welcome = msg.welcome
             else:
@@ -318,10 +425,10 @@ class NodeConnection:
     async def _write_loop(self, call: Any) -> None:
         while True:
             await self._wake.wait()
-            await self._worker.starting()  # a burst of held starts goes first
+            await self._owner.starting()  # a burst of held starts goes first
             self._wake.clear()
             while True:  # sealed batches first, then the current one
-                self._worker.ledger.flush()
+                self._owner.flush_ledger()
                 msg = self._take()
                 if msg is None:
                     break

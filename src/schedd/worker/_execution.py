@@ -1,116 +1,50 @@
-"""Running one attempt: the handler call, its deadline, cancellation, heartbeats and outcome.
+"""Running one attempt: its executor's start, deadline, cancellation, heartbeats and outcome.
 
-The cost of an attempt is paid only as far as it goes. An async handler's first step runs at
-once (:class:`~schedd.worker._eager.EagerTask`); one that returns without suspending is settled
-on the spot: no deadline timer, no heartbeat timer, no cancel waiter, nothing scheduled on the
-loop. Only an attempt that suspends (every sync handler does: it runs in the thread pool) is
+The cost of an attempt is paid only as far as it goes. An executor that decides at once (an
+async handler that returns without suspending: its first step runs eagerly) is settled on the
+spot: no deadline timer, no heartbeat timer, no cancel waiter, nothing scheduled on the loop.
+Only an attempt that suspends (every sync handler does: it runs in the thread pool) is
 :meth:`Execution.watch`-ed, which arms its deadline, heartbeats and cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from schedd.v1 import worker_pb2
 from schedd.worker._connection import NodeConnection
-from schedd.worker._context import Context, PermanentError, decode_payload, encode_value
-from schedd.worker._eager import EagerTask
-from schedd.worker._threads import ThreadBridge
+from schedd.worker._context import Context, decode_payload
+from schedd.worker._executor import Executor, Outcome, Runtime, no_executor_error, settle
 from schedd.worker._timers import DeadlineQueue
 
-log = logging.getLogger(__name__)
-
-Handler = Callable[[Context, Any], Any]
 #: ``Execution.payload`` before the payload was decoded (it is decoded ahead for held ones).
 UNDECODED: Any = object()
-#: How long a cancelled async handler gets to unwind before its outcome is reported anyway.
+#: How long a cancelled attempt gets to unwind before its outcome is reported anyway.
 _CANCEL_GRACE_S = 5.0
 
 
-@dataclass(slots=True)
-class Outcome:
-    code: int
-    output: bytes = b""
-    error: str = ""
-
-
-def _error_text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
-
-
-def settle(task: asyncio.Future[Any]) -> Outcome:
-    """The outcome of a finished handler task (or thread-pool future)."""
-    if task.cancelled():
-        return Outcome(worker_pb2.OUTCOME_CANCELLED, error="handler was cancelled")
-    exc = task.exception()
-    if isinstance(exc, PermanentError):
-        return Outcome(worker_pb2.OUTCOME_FAILED_PERMANENT, error=_error_text(exc))
-    if exc is not None:
-        return Outcome(worker_pb2.OUTCOME_FAILED, error=_error_text(exc))
-    return _succeeded(task.result())
-
-
-def _succeeded(value: Any) -> Outcome:
-    try:
-        return Outcome(worker_pb2.OUTCOME_SUCCEEDED, output=encode_value(value))
-    except (TypeError, ValueError) as e:
-        return Outcome(worker_pb2.OUTCOME_FAILED, error=f"output is not JSON-encodable: {e}")
-
-
-@dataclass(frozen=True, slots=True)
-class RegisteredHandler:
-    """A handler and how it is called (decided once, at registration)."""
-
-    fn: Handler
-    is_async: bool
-
-    @classmethod
-    def of(cls, fn: Handler) -> RegisteredHandler:
-        return cls(fn, inspect.iscoroutinefunction(fn))
-
-
 def begin(
-    handler: RegisteredHandler | None,
-    ex: Execution,
-    now_ms: int,
-    loop: asyncio.AbstractEventLoop,
-    threads: ThreadBridge,
+    executor: Executor | None, ex: Execution, now_ms: int, runtime: Runtime
 ) -> Outcome | asyncio.Future[Any]:
-    """Start the handler of ``ex``: its Outcome if it is already decided, else the future
-    (an eager task, or a thread-pool future) that is still running it.
+    """Start ``ex`` on ``executor``: its Outcome if it is already decided, else the future
+    still running it (see :class:`~schedd.worker._executor.Executor`).
 
-    Contract: FAILED_PERMANENT for an unknown handler; TIMED_OUT when ``deadline_ms`` passed
-    before the start; an async handler that returns or raises without suspending is settled
-    like a task (SUCCEEDED with its JSON-encoded value, FAILED ``"Class: message"``,
-    FAILED_PERMANENT for PermanentError, CANCELLED for CancelledError).
+    Contract: FAILED_PERMANENT, naming the handler or the target's kind, when there is no
+    executor (nothing is called); TIMED_OUT when ``deadline_ms`` passed before the start;
+    otherwise whatever the executor decides.
     """
     d = ex.dispatch
-    if handler is None:
-        what = d.handler or "(http/shell target)"
-        return Outcome(
-            worker_pb2.OUTCOME_FAILED_PERMANENT, error=f"no handler named {what} on this worker"
-        )
+    if executor is None:
+        return Outcome(worker_pb2.OUTCOME_FAILED_PERMANENT, error=no_executor_error(d))
     if d.deadline_ms and d.deadline_ms <= now_ms:
         return Outcome(worker_pb2.OUTCOME_TIMED_OUT, error="deadline passed before start")
     payload = ex.payload
     if payload is UNDECODED:
         payload = decode_payload(d.payload)
-    ex.payload = None  # handed to the handler: not kept alive by the attempt
-    if not handler.is_async:
-        return threads.submit(handler.fn, ex.ctx, payload)
-    try:
-        coro = handler.fn(ex.ctx, payload)
-    except Exception as e:  # e.g. a signature that does not take (ctx, payload)
-        return Outcome(worker_pb2.OUTCOME_FAILED, error=_error_text(e))
-    task = EagerTask(coro, loop)
-    if task.returned_eagerly:  # the common case, without settle()'s four future calls
-        return _succeeded(task.eager_value)
-    return settle(task) if task.done() else task
+    ex.payload = None  # handed to the executor: not kept alive by the attempt
+    return executor.begin(ex.ctx, payload, runtime)
 
 
 class Execution:

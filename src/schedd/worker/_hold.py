@@ -27,13 +27,10 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from schedd.v1 import worker_pb2
 from schedd.worker._connection import NodeConnection
-
-if TYPE_CHECKING:
-    from schedd.worker._execution import Execution
+from schedd.worker._execution import Execution
 
 #: At most this many held executions start on one event-loop pass; the rest on the next pass
 #: (the stream reader, timers and other callbacks get their turn in between).

@@ -1,0 +1,80 @@
+"""Typed configuration of a worker (flags and env are read only at the edge, ``schedd worker``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedd.worker._ledger import DEFAULT_TTL_S
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a :class:`~schedd.worker.Worker` needs; validated when it is made.
+
+    Sequences given as lists are kept as tuples and ``data_dir`` as a Path, so a config is
+    immutable and hashable whatever it was built from.
+
+    Attributes:
+        endpoints: Node addresses (``host:port``); the worker keeps a stream open to each
+            (every node dispatches its own partitions). At least one.
+        queues: Queues whose executions this worker takes. At least one.
+        worker_id: Stable id the nodes know this worker by (None: kept in
+            ``data_dir/worker_id``, made on first use).
+        capacity: Most executions running at once across all streams (dispatch credits).
+        prefetch: Most executions a node may send ahead of their instant, held here and
+            started by the worker's own timer (0: none; then ``capacity`` is a strict bound).
+        data_dir: The ledger and ``worker_id`` live here (None: a temporary directory that is
+            deleted at exit, so the ledger does not survive a restart).
+        heartbeat_interval_s: How often running attempts heartbeat (None: the shortest
+            interval a connected node asked for in its Welcome, else 2 s).
+        shutdown_timeout_s: A graceful stop lets running attempts finish for this long before
+            it cancels them (the default of ``Worker.stop(timeout=...)``).
+        cancel_timeout_s: After cancelling, a stop waits this long for the cancelled attempts
+            to report before it closes the streams anyway.
+        stream_close_timeout_s: Closing a stream waits this long for its buffered messages to
+            be written and the node to end its side; then the stream is cut.
+        reconnect_min_s: The first reconnect delay after a stream fails (full jitter, doubled
+            per failed attempt in a row).
+        reconnect_max_s: The longest reconnect delay.
+        thread_pool_size: Threads running sync (``def``) handlers.
+        ledger_ttl_s: Ledger entries older than this are pruned at start.
+    """
+
+    endpoints: tuple[str, ...]
+    queues: tuple[str, ...] = ("default",)
+    worker_id: str | None = None
+    capacity: int = 16
+    prefetch: int = 10_000
+    data_dir: Path | None = None
+    heartbeat_interval_s: float | None = None
+    shutdown_timeout_s: float = 30.0
+    cancel_timeout_s: float = 10.0
+    stream_close_timeout_s: float = 5.0
+    reconnect_min_s: float = 0.1
+    reconnect_max_s: float = 5.0
+    thread_pool_size: int = 8
+    ledger_ttl_s: float = DEFAULT_TTL_S
+
+    def __post_init__(self) -> None:
+        # Callers (and the keyword convenience of Worker) may pass a str, lists or a str path.
+        endpoints = (self.endpoints,) if isinstance(self.endpoints, str) else self.endpoints
+        object.__setattr__(self, "endpoints", tuple(endpoints))
+        object.__setattr__(self, "queues", tuple(self.queues))
+        if self.data_dir is not None:
+            object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if not self.endpoints:
+            raise ValueError("endpoints: give at least one node address")
+        if not self.queues:
+            raise ValueError("queues: give at least one queue")
+        if self.capacity <= 0:
+            raise ValueError(f"capacity: must be positive, got {self.capacity}")
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch: must not be negative, got {self.prefetch}")
+        if self.thread_pool_size <= 0:
+            raise ValueError(f"thread_pool_size: must be positive, got {self.thread_pool_size}")
+        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
+            raise ValueError(
+                "reconnect_min_s and reconnect_max_s: need 0 < min <= max, got "
+                f"{self.reconnect_min_s} and {self.reconnect_max_s}"
+            )
