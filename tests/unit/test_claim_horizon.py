@@ -10,7 +10,7 @@ from typing import Any
 from schedd._clock import ManualClock
 from schedd.node._config import NodeConfig
 from schedd.node._partition import PartitionRunner
-from schedd.store._records import DueEntry
+from schedd.store import DueEntry
 
 
 def runner(now: int) -> PartitionRunner:

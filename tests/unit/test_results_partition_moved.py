@@ -19,7 +19,7 @@ from schedd._clock import ManualClock
 from schedd.dispatch import InFlight
 from schedd.node._config import NodeConfig
 from schedd.node._executions import ExecutionManager
-from schedd.store._keys import partition_of
+from schedd.store import partition_of
 from schedd.v1 import worker_pb2
 
 PARTITIONS = 8

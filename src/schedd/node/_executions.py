@@ -21,9 +21,7 @@ from schedd._errors import FencedOut, SchedError
 from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.schedule import retry_backoff_ms
-from schedd.store._keys import parse_execution_id, partition_of
-from schedd.store._owner import Item
-from schedd.store._records import DueEntry
+from schedd.store import DueEntry, Item, parse_execution_id, partition_of
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 if TYPE_CHECKING:

@@ -28,9 +28,18 @@ from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.node._executions import Live, Outcomes
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
-from schedd.store._jobs import execution_from, execution_template, new_execution
-from schedd.store._owner import Item, JobView, PartitionStore
-from schedd.store._records import FIRE, DueEntry, JobState, StoredJob
+from schedd.store import (
+    FIRE,
+    DueEntry,
+    Item,
+    JobState,
+    JobView,
+    PartitionStore,
+    StoredJob,
+    execution_from,
+    execution_template,
+    new_execution,
+)
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, job_pb2
 

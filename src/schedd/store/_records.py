@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from schedd.store.abc import KeyValueView
 from schedd.v1 import execution_pb2, job_pb2
 
 #: A due entry of kind FIRE is a schedule fire: claiming it creates the execution.
@@ -80,7 +80,7 @@ class StoredJob:
     state_revision: int
 
     @staticmethod
-    def from_kvs(spec: Sequence[Any], state: Sequence[Any]) -> StoredJob | None:
+    def from_kvs(spec: Sequence[KeyValueView], state: Sequence[KeyValueView]) -> StoredJob | None:
         """From the range results of ``jobs/{id}`` and ``state/{id}``; None when no spec."""
         if not spec:
             return None
