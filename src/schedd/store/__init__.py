@@ -4,7 +4,8 @@ Everything outside this package imports from here, never from its underscore mod
 
 - the contract: :class:`KV` (a revisioned key-value store with etcd's semantics),
   :class:`OpBuilder`, :class:`TxnResult`, :class:`KeyValue`, watch types and errors;
-- the etcd backend: :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``);
+- the backends: :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``), and
+  :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests;
 - the layout: :class:`Keys` and the execution id helpers;
 - the schedd transactions on top: :class:`PartitionStore` (a partition owner's fenced
   batches) and :class:`JobStore` (the client API's), with their records.
@@ -40,6 +41,7 @@ from schedd.store._types import (
 )
 from schedd.store.abc import KV, Compare, KeyValueView, Op, OpBuilder, TxnRejected, TxnResult
 from schedd.store.etcd import EtcdConfig, EtcdKV, connect_etcd
+from schedd.store.memory import FaultPlan, MemoryKV
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -50,6 +52,7 @@ __all__ = [
     "DueEntry",
     "EtcdConfig",
     "EtcdKV",
+    "FaultPlan",
     "Fence",
     "Item",
     "JobState",
@@ -58,6 +61,7 @@ __all__ = [
     "KeyValue",
     "KeyValueView",
     "Keys",
+    "MemoryKV",
     "Op",
     "OpBuilder",
     "PartitionKeys",
