@@ -11,7 +11,7 @@ Everything outside this package imports from here, never from its underscore mod
   batches) and :class:`JobStore` (the client API's), with their records.
 """
 
-from schedd.store._jobs import JobStore, execution_from, execution_template, new_execution
+from schedd.store._jobs import JobStore
 from schedd.store._keys import (
     DEFAULT_PREFIX,
     Keys,
@@ -29,6 +29,9 @@ from schedd.store._records import (
     StoredJob,
     decode_execution,
     encode_execution,
+    execution_from,
+    execution_template,
+    new_execution,
 )
 from schedd.store._types import (
     Fence,
