@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,38 +27,9 @@ from sortedcontainers import SortedDict
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
+from schedd.store._memory_ops import MemoryOps, MemoryTxnResult, check_branch, in_range, keys_in
 from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
-from schedd.store.abc import KV, Compare, KeyValueView, Op, TxnRejected
-
-_TO_END = b"\x00"
-
-
-class MemoryOps:
-    """The memory backend's :class:`~schedd.store.abc.OpBuilder`: small tuples."""
-
-    @staticmethod
-    def cmp_create(key: bytes, create_revision: int) -> Compare:
-        return ("create", key, create_revision)
-
-    @staticmethod
-    def cmp_mod(key: bytes, mod_revision: int) -> Compare:
-        return ("mod", key, mod_revision)
-
-    @staticmethod
-    def put(key: bytes, value: bytes, lease: int = 0) -> Op:
-        return ("put", key, value, lease)
-
-    @staticmethod
-    def delete(key: bytes, end: bytes = b"") -> Op:
-        return ("delete", key, end)
-
-    @staticmethod
-    def get(key: bytes, end: bytes = b"") -> Op:
-        return ("get", key, end)
-
-    @staticmethod
-    def txn(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> Op:
-        return ("txn", tuple(compares), tuple(success), tuple(failure))
+from schedd.store.abc import KV, Compare, Op
 
 
 @dataclass
@@ -87,82 +58,6 @@ class _Lease:
     ttl_s: int
     deadline: float
     keys: set[bytes] = field(default_factory=set)
-
-
-class MemoryTxnResult:
-    """The memory backend's :class:`~schedd.store.abc.TxnResult`."""
-
-    __slots__ = ("_responses", "revision", "succeeded")
-
-    def __init__(self, succeeded: bool, revision: int, responses: list[Any]) -> None:
-        self.succeeded = succeeded
-        self.revision = revision
-        self._responses = responses
-
-    def __len__(self) -> int:
-        return len(self._responses)
-
-    def kvs(self, index: int) -> Sequence[KeyValueView]:
-        found: list[KeyValue] = self._responses[index]
-        return found
-
-    def txn_succeeded(self, index: int) -> bool:
-        return bool(self._responses[index][0])
-
-    def nested_outcomes(self) -> list[bool]:
-        return [bool(r[0]) if isinstance(r, tuple) else False for r in self._responses]
-
-    def nested(self, index: int) -> MemoryTxnResult:
-        ok, responses = self._responses[index]
-        return MemoryTxnResult(ok, self.revision, responses)
-
-
-def _in_range(key: bytes, start: bytes, end: bytes) -> bool:
-    if not end:
-        return key == start
-    return start <= key and (end == _TO_END or key < end)
-
-
-def _keys_in(mapping: SortedDict, start: bytes, end: bytes) -> Iterable[bytes]:
-    if not end:
-        return [start] if start in mapping else []
-    found: Iterable[bytes]
-    if end == _TO_END:
-        found = mapping.irange(minimum=start)
-    else:
-        found = mapping.irange(minimum=start, maximum=end, inclusive=(True, False))
-    return found
-
-
-def _check_branch(ops: Sequence[Any]) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
-    """etcd's rule: no key put twice, nor put and deleted, in one branch (nested included)."""
-    dels = [(op[1], op[2]) for op in ops if op[0] == "delete"]
-    puts: set[bytes] = set()
-
-    def hit(key: bytes) -> bool:
-        return any(_in_range(key, s, e) for s, e in dels)
-
-    for op in ops:
-        if op[0] != "txn":
-            continue
-        then_puts, then_dels = _check_branch(op[2])
-        else_puts, else_dels = _check_branch(op[3])
-        for key in then_puts:
-            if key in puts or hit(key):
-                raise TxnRejected(f"duplicate key given in txn request: {key!r}")
-            puts.add(key)
-        for key in else_puts:
-            # then and else exclude each other: the same key in both is fine
-            if (key in puts and key not in then_puts) or hit(key):
-                raise TxnRejected(f"duplicate key given in txn request: {key!r}")
-            puts.add(key)
-        dels += then_dels + else_dels
-    for op in ops:
-        if op[0] == "put":
-            if op[1] in puts or hit(op[1]):
-                raise TxnRejected(f"duplicate key given in txn request: {op[1]!r}")
-            puts.add(op[1])
-    return puts, dels
 
 
 class MemoryKV:
@@ -260,11 +155,11 @@ class MemoryKV:
 
     async def count(self, start: bytes, end: bytes) -> int:
         await self._enter_read("count")
-        return sum(1 for _ in _keys_in(self._live, start, end))
+        return sum(1 for _ in keys_in(self._live, start, end))
 
     def _read(self, start: bytes, end: bytes, revision: int) -> list[KeyValue]:
         if revision <= 0 or revision == self._revision:
-            return [self._live[k] for k in _keys_in(self._live, start, end)]
+            return [self._live[k] for k in keys_in(self._live, start, end)]
         if revision < self._compacted:
             raise RevisionCompacted(
                 f"required revision {revision} has been compacted (at {self._compacted})"
@@ -272,7 +167,7 @@ class MemoryKV:
         if revision > self._revision:
             raise Unavailable(f"required revision {revision} is a future revision")
         out = []
-        for key in _keys_in(self._history, start, end):
+        for key in keys_in(self._history, start, end):
             kv = _as_of(self._history[key], revision)
             if kv is not None:
                 out.append(kv)
@@ -289,8 +184,8 @@ class MemoryKV:
         timeout_s: float | None = None,
     ) -> MemoryTxnResult:
         await self._enter_write("txn")
-        _check_branch(success)
-        _check_branch(failure)
+        check_branch(success)
+        check_branch(failure)
         ok, steps = self._plan(compares, success, failure)
         self._check_leases(steps)
         writer = _Writer(self, self._revision + 1)
@@ -343,7 +238,7 @@ class MemoryKV:
             elif kind == "delete":
                 out.append(writer.delete(step[1], step[2]))
             elif kind == "get":
-                out.append([self._live[k] for k in _keys_in(self._live, step[1], step[2])])
+                out.append([self._live[k] for k in keys_in(self._live, step[1], step[2])])
             else:
                 out.append((step[1], self._run(step[2], writer)))
         return out
@@ -420,7 +315,7 @@ class MemoryKV:
             pending = [(rev, evs) for rev, evs in self._events if rev >= next_rev]
             for rev, evs in pending:
                 next_rev = rev + 1
-                mine = [ev for ev in evs if _in_range(ev.kv.key, start, end)]
+                mine = [ev for ev in evs if in_range(ev.kv.key, start, end)]
                 if mine:
                     yield WatchBatch(rev, mine)
             if not pending:
@@ -465,7 +360,7 @@ class _Writer:
 
     def delete(self, start: bytes, end: bytes) -> int:
         kv = self._kv
-        doomed = list(_keys_in(kv._live, start, end))
+        doomed = list(keys_in(kv._live, start, end))
         for key in doomed:
             prev: KeyValue = kv._live[key]
             if prev.lease and prev.lease in kv._leases:
