@@ -9,14 +9,17 @@ seeded :class:`FaultPlan`, so a failing schedule replays exactly::
     kv = MemoryKV(clock=ManualClock())
     kv.faults = FaultPlan(random.Random(7), fail_before=0.05, fail_after=0.05)
 
-What it leaves out of etcd (see the contract suite for what it keeps): no minimum lease TTL,
-no request size limits, no authentication, watches never lag or break by themselves, and
-the history it keeps for reads in the past and watches grows until :meth:`MemoryKV.compact`.
+What it leaves out of etcd (the contract suite shows what it keeps): no minimum lease TTL,
+no request size or ops-per-txn limits, no authentication, ``timeout_s`` and ``page`` are
+ignored (a range is one read), a watch delivers one batch per revision and never lags, breaks
+or gets progress notifications by itself, and the history kept for reads in the past and
+watches grows until :meth:`MemoryKV.compact` (nothing compacts on its own).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import random
 from collections.abc import AsyncIterator, Sequence
@@ -312,7 +315,8 @@ class MemoryKV:
             self.expire_leases()
             if next_rev < self._compacted:
                 raise WatchCompacted(self._compacted)
-            pending = [(rev, evs) for rev, evs in self._events if rev >= next_rev]
+            first = bisect.bisect_left(self._events, next_rev, key=lambda e: e[0])
+            pending = self._events[first:]
             for rev, evs in pending:
                 next_rev = rev + 1
                 mine = [ev for ev in evs if in_range(ev.kv.key, start, end)]
