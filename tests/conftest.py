@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from schedd.dev import EtcdProcess
-from schedd.store._etcd import Etcd, EtcdConfig
+from schedd.store import EtcdConfig, EtcdKV
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +28,8 @@ def etcd_prefix() -> bytes:
 
 
 @pytest.fixture
-async def etcd(etcd_server: EtcdProcess) -> AsyncIterator[Etcd]:
-    client = await Etcd.connect(EtcdConfig(endpoints=(etcd_server.endpoint,)))
+async def etcd(etcd_server: EtcdProcess) -> AsyncIterator[EtcdKV]:
+    client = await EtcdKV.connect(EtcdConfig(endpoints=(etcd_server.endpoint,)))
     yield client
     await client.close()
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from schedd.client import Client
 from schedd.dev import EtcdProcess, free_port
-from schedd.store._etcd import Etcd, EtcdConfig, prefix_end
+from schedd.store import KV, EtcdConfig, connect_etcd, prefix_end
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ class EtcdProbe:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._etcd: Etcd = self._run(Etcd.connect(EtcdConfig(endpoints=(endpoint,), timeout_s=30)))
+        self._etcd: KV = self._run(connect_etcd(EtcdConfig(endpoints=(endpoint,), timeout_s=30)))
         self._runs = PREFIX + b"runs/"
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:

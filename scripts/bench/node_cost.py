@@ -58,10 +58,7 @@ from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions
 from schedd.node._partition import Partition
 from schedd.node._settling import Settler
-from schedd.store._etcd import Etcd, EtcdConfig, cmp_create, op_put
-from schedd.store._jobs import JobStore
-from schedd.store._keys import Keys
-from schedd.store._owner import PartitionStore
+from schedd.store import KV, EtcdConfig, Fence, JobStore, Keys, PartitionStore, connect_etcd
 from schedd.v1 import job_pb2, worker_pb2
 
 STAGES = (
@@ -75,11 +72,6 @@ STAGES = (
     "after",
     "history",
 )
-
-
-class _Fence:
-    def __init__(self, partition: int, key: bytes, epoch: int) -> None:
-        self.partition, self.key, self.epoch = partition, key, epoch
 
 
 class GcMeter:
@@ -149,7 +141,7 @@ class Meter:
             self._stack[-1][0] += spent
 
 
-async def _setup(etcd: Etcd, keys: Keys, n: int, now_ms: int, payload: bytes) -> tuple[_Fence, int]:
+async def _setup(etcd: KV, keys: Keys, n: int, now_ms: int, payload: bytes) -> tuple[Fence, int]:
     store = JobStore(etcd, keys, partitions=1)
     jobs = []
     for i in range(n):
@@ -167,11 +159,11 @@ async def _setup(etcd: Etcd, keys: Keys, n: int, now_ms: int, payload: bytes) ->
     if bad:
         raise RuntimeError(f"create failed: {bad[0]}")
     owner = keys.owner_key(0)
-    resp = await etcd.txn([cmp_create(owner, 0)], [op_put(owner, b"bench-node")])
+    resp = await etcd.txn([etcd.ops.cmp_create(owner, 0)], [etcd.ops.put(owner, b"bench-node")])
     assert resp.succeeded
     kv = await etcd.get(owner)
     assert kv is not None
-    return _Fence(0, owner, kv.create_revision), now_ms + 3_600_000
+    return Fence(0, owner, kv.create_revision), now_ms + 3_600_000
 
 
 async def _fire_all(runner: Partition, session: WorkerSession, bucket: int) -> int:
@@ -202,7 +194,7 @@ class _Events:
 
 
 async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict[str, float]]:
-    etcd = await Etcd.connect(EtcdConfig(endpoints=(endpoint,)))
+    etcd = await connect_etcd(EtcdConfig(endpoints=(endpoint,)))
     keys = Keys(b"/bench/node_cost/")
     created_ms = 1_700_000_000_000
     fence, first_fire = await _setup(etcd, keys, args.jobs, created_ms, b'{"report":"daily"}')

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from schedd.client import AsyncClient
 from schedd.node import Node, NodeConfig
-from schedd.store._etcd import EtcdConfig
+from schedd.store import EtcdConfig
 from schedd.v1 import execution_pb2
 from schedd.worker import Worker
 

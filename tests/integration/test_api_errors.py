@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from integration.cluster_harness import Harness, eventually, node_config
 from schedd.dev import EtcdProcess
 from schedd.node import Node
-from schedd.store._etcd import Etcd, prefix_end
+from schedd.store import EtcdKV, prefix_end
 from schedd.v1 import job_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 pytestmark = pytest.mark.timeout(90)
@@ -41,7 +41,7 @@ def good_job(**kw: Any) -> job_pb2.Job:
     return job
 
 
-async def test_every_rpc_rejects_bad_input(h: Harness, etcd: Etcd) -> None:
+async def test_every_rpc_rejects_bad_input(h: Harness, etcd: EtcdKV) -> None:
     async with grpc.aio.insecure_channel(h.address()) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         existing = (await stub.CreateJob(scheduler_pb2.CreateJobRequest(job=good_job()))).job

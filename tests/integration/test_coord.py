@@ -22,8 +22,7 @@ from schedd.coord import (
     init_cluster,
     preference_order,
 )
-from schedd.store._etcd import Etcd, op_put
-from schedd.store._keys import Keys
+from schedd.store import EtcdKV, Keys
 
 P = 8
 
@@ -58,7 +57,7 @@ class SkewedClock(SystemClock):
 class Ledger:
     """Who uses which partition, in event order; records every broken invariant."""
 
-    etcd: Etcd
+    etcd: EtcdKV
     holders: dict[int, str] = field(default_factory=dict)
     events: list[tuple[str, str, int, str]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -87,7 +86,7 @@ class Node:
 
     def __init__(
         self,
-        etcd: Etcd,
+        etcd: EtcdKV,
         keys: Keys,
         ledger: Ledger,
         node_id: str,
@@ -153,7 +152,7 @@ def keys(etcd_prefix: bytes) -> Keys:
 # -- session --------------------------------------------------------------------------------
 
 
-async def test_session_outlives_its_ttl_and_close_revokes(etcd: Etcd, keys: Keys) -> None:
+async def test_session_outlives_its_ttl_and_close_revokes(etcd: EtcdKV, keys: Keys) -> None:
     session = Session(etcd, ttl_s=2)
     await session.start()
     key = keys.prefix + b"attached"
@@ -166,7 +165,7 @@ async def test_session_outlives_its_ttl_and_close_revokes(etcd: Etcd, keys: Keys
     assert await etcd.get(key) is None
 
 
-async def test_session_done_when_lease_revoked_behind_its_back(etcd: Etcd) -> None:
+async def test_session_done_when_lease_revoked_behind_its_back(etcd: EtcdKV) -> None:
     session = Session(etcd, ttl_s=2)
     await session.start()
     await etcd.revoke(session.lease_id)
@@ -178,7 +177,7 @@ async def test_session_done_when_lease_revoked_behind_its_back(etcd: Etcd) -> No
 
 
 async def test_init_cluster_is_create_once(
-    etcd: Etcd, keys: Keys, caplog: pytest.LogCaptureFixture
+    etcd: EtcdKV, keys: Keys, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = await init_cluster(etcd, keys, 8)
     assert first.partitions == 8 and first.format_version == 1
@@ -197,7 +196,7 @@ async def test_init_cluster_is_create_once(
 # -- membership -----------------------------------------------------------------------------
 
 
-async def test_membership_sees_peers_come_and_go(etcd: Etcd, keys: Keys) -> None:
+async def test_membership_sees_peers_come_and_go(etcd: EtcdKV, keys: Keys) -> None:
     ledger = Ledger(etcd)
     a = await Node(etcd, keys, ledger, "node-a").start()
     b = await Node(etcd, keys, ledger, "node-b").start()
@@ -222,7 +221,7 @@ def test_preference_order_spreads_nodes() -> None:
     assert preference_order("n", [3, 1, 2], set()) == preference_order("n", [1, 2, 3], set())
 
 
-async def test_ownership_split_takeover_fencing_release(etcd: Etcd, keys: Keys) -> None:
+async def test_ownership_split_takeover_fencing_release(etcd: EtcdKV, keys: Keys) -> None:
     ledger = Ledger(etcd)
     a = await Node(etcd, keys, ledger, "node-a").start()
     b: Node | None = None
@@ -256,9 +255,9 @@ async def test_ownership_split_takeover_fencing_release(etcd: Etcd, keys: Keys) 
         # The zombie's write, guarded by its old fence, fails; the new owner's succeeds.
         p, stale = next(iter(old.items()))
         guarded = keys.prefix + b"guarded"
-        resp = await etcd.txn([stale.compare()], [op_put(guarded, b"zombie")])
+        resp = await etcd.txn([stale.compare(etcd.ops)], [etcd.ops.put(guarded, b"zombie")])
         assert not resp.succeeded
-        resp = await etcd.txn([new[p].compare()], [op_put(guarded, b"owner")])
+        resp = await etcd.txn([new[p].compare(etcd.ops)], [etcd.ops.put(guarded, b"owner")])
         assert resp.succeeded
 
         await a.ownership.release_all()
@@ -272,7 +271,7 @@ async def test_ownership_split_takeover_fencing_release(etcd: Etcd, keys: Keys) 
         await a.stop()
 
 
-async def test_three_nodes_share_sixteen_partitions(etcd: Etcd, keys: Keys) -> None:
+async def test_three_nodes_share_sixteen_partitions(etcd: EtcdKV, keys: Keys) -> None:
     ledger = Ledger(etcd)
     nodes = [await Node(etcd, keys, ledger, f"node-{i}", partitions=16).start() for i in range(3)]
     try:
@@ -292,7 +291,7 @@ async def test_three_nodes_share_sixteen_partitions(etcd: Etcd, keys: Keys) -> N
     assert ledger.holders == {}
 
 
-async def test_skewed_node_owns_nothing(etcd: Etcd, keys: Keys) -> None:
+async def test_skewed_node_owns_nothing(etcd: EtcdKV, keys: Keys) -> None:
     ledger = Ledger(etcd)
     a = await Node(etcd, keys, ledger, "node-a").start()
     b = await Node(etcd, keys, ledger, "node-b").start()

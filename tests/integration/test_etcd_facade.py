@@ -7,37 +7,29 @@ import asyncio
 import pytest
 
 from schedd._errors import Unavailable
-from schedd.store._etcd import (
-    Etcd,
-    EtcdConfig,
-    WatchCompacted,
-    cmp_create,
-    op_put,
-    op_txn,
-    prefix_end,
-)
+from schedd.store import EtcdConfig, EtcdKV, WatchCompacted, prefix_end
 
 
-async def test_nested_txn_gives_each_item_its_own_compare(etcd: Etcd, etcd_prefix: bytes) -> None:
+async def test_nested_txn_gives_each_item_its_own_compare(etcd: EtcdKV, etcd_prefix: bytes) -> None:
     a, b = etcd_prefix + b"a", etcd_prefix + b"b"
     await etcd.put(a, b"exists")
     resp = await etcd.txn(
         [],
         [
-            op_txn([cmp_create(a, 0)], [op_put(a, b"new")]),
-            op_txn([cmp_create(b, 0)], [op_put(b, b"new")]),
+            etcd.ops.txn([etcd.ops.cmp_create(a, 0)], [etcd.ops.put(a, b"new")]),
+            etcd.ops.txn([etcd.ops.cmp_create(b, 0)], [etcd.ops.put(b, b"new")]),
         ],
     )
     assert resp.succeeded
-    outcomes = [r.response_txn.succeeded for r in resp.responses]
+    outcomes = resp.nested_outcomes()
     assert outcomes == [False, True]
     kv_a, kv_b = await etcd.get(a), await etcd.get(b)
     assert kv_a is not None and kv_a.value == b"exists"
     assert kv_b is not None and kv_b.value == b"new"
-    assert kv_b.mod_revision == resp.header.revision
+    assert kv_b.mod_revision == resp.revision
 
 
-async def test_range_all_pages_at_one_revision(etcd: Etcd, etcd_prefix: bytes) -> None:
+async def test_range_all_pages_at_one_revision(etcd: EtcdKV, etcd_prefix: bytes) -> None:
     for i in range(25):
         await etcd.put(etcd_prefix + f"k{i:03d}".encode(), b"v")
     kvs, rev = await etcd.range_all(etcd_prefix, prefix_end(etcd_prefix), page=7)
@@ -48,7 +40,7 @@ async def test_range_all_pages_at_one_revision(etcd: Etcd, etcd_prefix: bytes) -
     assert all(kv.value == b"" for kv in keys) and all(kv.value == b"v" for kv in kvs)
 
 
-async def test_lease_expiry_removes_attached_key(etcd: Etcd, etcd_prefix: bytes) -> None:
+async def test_lease_expiry_removes_attached_key(etcd: EtcdKV, etcd_prefix: bytes) -> None:
     lease = await etcd.grant(2)
     assert await etcd.keepalive_once(lease) > 0
     await etcd.put(etcd_prefix + b"owned", b"x", lease=lease)
@@ -56,7 +48,7 @@ async def test_lease_expiry_removes_attached_key(etcd: Etcd, etcd_prefix: bytes)
     assert await etcd.get(etcd_prefix + b"owned") is None
 
 
-async def test_watch_sees_changes_and_reports_compaction(etcd: Etcd, etcd_prefix: bytes) -> None:
+async def test_watch_sees_changes_and_reports_compaction(etcd: EtcdKV, etcd_prefix: bytes) -> None:
     key = etcd_prefix + b"w"
     rev = await etcd.put(key, b"1")
     await etcd.put(key, b"2")
@@ -77,7 +69,9 @@ async def test_watch_sees_changes_and_reports_compaction(etcd: Etcd, etcd_prefix
 async def test_unreachable_etcd_is_unavailable() -> None:
     from schedd.dev import free_port
 
-    client = await Etcd.connect(EtcdConfig(endpoints=(f"127.0.0.1:{free_port()}",), timeout_s=0.5))
+    client = await EtcdKV.connect(
+        EtcdConfig(endpoints=(f"127.0.0.1:{free_port()}",), timeout_s=0.5)
+    )
     try:
         with pytest.raises(Unavailable):
             await client.get(b"/x")

@@ -13,7 +13,7 @@ import pytest
 from integration.cluster_harness import SUCCEEDED, Harness, eventually
 from schedd import AlreadyExists, InvalidArgument, NotFound
 from schedd.dev import EtcdProcess
-from schedd.store._etcd import Etcd, prefix_end
+from schedd.store import EtcdKV, prefix_end
 from schedd.v1 import execution_pb2
 
 pytestmark = pytest.mark.timeout(90)
@@ -135,7 +135,7 @@ async def test_retries_then_dead_letter_then_redrive(h: Harness) -> None:
     await eventually(lambda: asyncio.sleep(0, result=len(h.calls["fail"])), lambda n: n >= 4)
 
 
-async def test_bad_input_is_rejected_and_writes_nothing(h: Harness, etcd: Etcd) -> None:
+async def test_bad_input_is_rejected_and_writes_nothing(h: Harness, etcd: EtcdKV) -> None:
     await h.start_node()
     client = await h.connect()
     start = h.prefix + b"jobs/"

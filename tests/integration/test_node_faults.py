@@ -21,7 +21,7 @@ import pytest
 
 from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
 from schedd.dev import EtcdProcess
-from schedd.store._etcd import prefix_end
+from schedd.store import prefix_end
 from schedd.v1 import execution_pb2, worker_pb2, worker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)

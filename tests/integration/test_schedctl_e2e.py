@@ -13,7 +13,7 @@ import pytest
 
 from integration.cluster_harness import Harness, eventually
 from schedd.dev import EtcdProcess, free_port
-from schedd.store._etcd import Etcd, prefix_end
+from schedd.store import EtcdKV, prefix_end
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,7 +83,7 @@ async def test_create_then_runs_show_up_durably(h: Harness) -> None:
     one_line_error(err)
 
 
-async def test_errors_have_exit_codes_and_write_nothing(h: Harness, etcd: Etcd) -> None:
+async def test_errors_have_exit_codes_and_write_nothing(h: Harness, etcd: EtcdKV) -> None:
     code, _, err = await ctl(
         h, "job", "create", "x", "--schedule", "61 * * * *", "--handler", "echo"
     )

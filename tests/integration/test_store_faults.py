@@ -20,8 +20,7 @@ from integration.cluster_harness import Harness, eventually
 from schedd._errors import Unavailable
 from schedd.dev import EtcdCluster, EtcdProcess
 from schedd.node import Node
-from schedd.store._etcd import EtcdConfig
-from schedd.store._keys import partition_of
+from schedd.store import EtcdConfig, partition_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -54,10 +53,10 @@ class FaultPlan:
 
 
 def inject(node: Node, plan: FaultPlan) -> None:
-    """Every transaction and range of the node's owner and API paths goes through ``plan``."""
-    etcd: Any = node.etcd
-    for name in ("txn_wire", "range"):
-        setattr(etcd, name, plan.wrap(name, getattr(etcd, name)))
+    """Every transaction and range the node sends to etcd goes through ``plan``."""
+    kv: Any = node.kv
+    for name in ("txn", "range"):
+        setattr(kv, name, plan.wrap(name, getattr(kv, name)))
 
 
 @pytest.fixture
@@ -109,7 +108,7 @@ async def test_random_store_faults_lose_and_double_nothing(h: Harness) -> None:
     plan.enabled = False
     faults_end = node.clock.now_ms()
     assert sum(plan.counts.values()) >= 8, plan.counts
-    assert plan.counts["txn_wire lost answer"] >= 3, plan.counts
+    assert plan.counts["txn lost answer"] >= 3, plan.counts
 
     def missing() -> list[tuple[str, int]]:
         seen = set(effects)

@@ -10,7 +10,7 @@ from typing import Any
 from schedd.node._config import NodeConfig
 from schedd.node._pacing import ClaimPacer
 from schedd.node._window import DueWindow
-from schedd.store._records import FIRE, DueEntry
+from schedd.store import FIRE, DueEntry
 
 
 def runner(now: int) -> Any:

@@ -21,7 +21,7 @@ from schedd.node._config import NodeConfig
 from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions
 from schedd.node._settling import Settler
-from schedd.store._keys import partition_of
+from schedd.store import partition_of
 from schedd.v1 import worker_pb2
 
 PARTITIONS = 8

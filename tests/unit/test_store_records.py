@@ -10,14 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedd.history import History
-from schedd.store._jobs import execution_from, execution_template, new_execution
-from schedd.store._records import (
+from schedd.store import (
     FIRE,
     RUN,
     DueEntry,
     JobState,
+    Keys,
     decode_execution,
     encode_execution,
+    execution_from,
+    execution_template,
+    new_execution,
 )
 from schedd.v1 import execution_pb2, job_pb2
 
@@ -98,3 +101,14 @@ def test_history_records_a_batch_in_one_write_and_lists_it(tmp_path: Path) -> No
     assert history.prune(now_ms=5000 + 150 + history.ttl_ms) == 150
     assert history.get("j0@1000") is None and history.get("j0@1150") is not None
     history.close()
+
+
+@given(st.integers(min_value=0, max_value=9999), millis, st.text(min_size=1, max_size=40))
+def test_partition_keys_build_what_keys_build(partition: int, ms: int, job_id: str) -> None:
+    keys = Keys(b"/p/")
+    pk, jid = keys.partition_keys(partition), job_id.encode()
+    assert pk.job_key(jid) == keys.job_key(job_id)
+    assert pk.state_key(jid) == keys.state_key(job_id)
+    assert pk.due_key(ms, jid) == keys.due_key(partition, ms, job_id)
+    assert pk.run_key(jid, ms) == keys.run_key(partition, job_id, ms)
+    assert keys.parse_due_key(pk.due_key(ms, jid)) == (partition, ms, job_id)

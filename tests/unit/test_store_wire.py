@@ -5,13 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedd.store._etcd import (
+from schedd.store.etcd._wire import (
+    EtcdOps,
     cmp_create,
     cmp_mod,
     op_delete,
     op_get,
     op_put,
     op_txn,
+    request,
     rpc_pb2,
     w_cmp_create,
     w_cmp_mod,
@@ -72,3 +74,29 @@ def test_nested_txn_matches_protobuf(
     fence = w_cmp_create(b"owner", 7)
     parsed = rpc_pb2.TxnRequest.FromString(fence + wire + wire)
     assert parsed == rpc_pb2.TxnRequest(compare=[cmp_create(b"owner", 7)], success=[pb, pb])
+
+
+@given(
+    st.lists(st.tuples(keys, revisions), max_size=3),
+    st.lists(st.tuples(keys, values), max_size=3),
+    st.lists(keys, max_size=3),
+)
+def test_failure_branches_match_protobuf(
+    cmps: list[tuple[bytes, int]], puts: list[tuple[bytes, bytes]], gets: list[bytes]
+) -> None:
+    ops = EtcdOps()
+    success = [w_put(k, v) for k, v in puts]
+    failure = [w_get(k) for k in gets]
+    wire = ops.txn([w_cmp_mod(k, r) for k, r in cmps], success, failure)
+    pb = op_txn(
+        [cmp_mod(k, r) for k, r in cmps],
+        [op_put(k, v) for k, v in puts],
+        [op_get(k) for k in gets],
+    )
+    assert wire == _success_field(pb)
+    whole = request([w_cmp_create(b"owner", 7)], success, failure)
+    assert rpc_pb2.TxnRequest.FromString(whole) == rpc_pb2.TxnRequest(
+        compare=[cmp_create(b"owner", 7)],
+        success=[op_put(k, v) for k, v in puts],
+        failure=[op_get(k) for k in gets],
+    )

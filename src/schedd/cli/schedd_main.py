@@ -104,7 +104,7 @@ def node(
 ) -> None:
     """Run a scheduler node."""
     from schedd.node import Node, NodeConfig
-    from schedd.store._etcd import EtcdConfig
+    from schedd.store import EtcdConfig
 
     try:
         endpoints = EtcdConfig.parse_endpoints(etcd_endpoints)

@@ -3,20 +3,20 @@
 Layered like etcd's ``concurrency`` package: a :class:`Session` (a lease kept alive, with
 ``done``) carries the node's :class:`Membership` record and its partition claims; a
 :class:`PartitionOwnership` keeps the node's fair share of partitions; each owned partition
-comes with a :class:`Fence` whose :meth:`Fence.compare` the store adds to every guarded
-write. Typical wiring::
+comes with a :class:`Fence` (a value of the store's) whose :meth:`Fence.compare` the store
+adds to every guarded write. Typical wiring::
 
-    meta = await init_cluster(etcd, keys, partitions=64)
-    session = Session(etcd, ttl_s=5)
+    kv = await connect_etcd(EtcdConfig())   # or MemoryKV(clock=...) in a simulation
+    meta = await init_cluster(kv, keys, partitions=64)
+    session = Session(kv, ttl_s=5)
     await session.start()
-    members = Membership(etcd, keys, session, info, clock=SystemClock())
+    members = Membership(kv, keys, session, info, clock=SystemClock())
     await members.start()
-    owner = PartitionOwnership(etcd, keys, session, members, OwnershipConfig(meta.partitions),
+    owner = PartitionOwnership(kv, keys, session, members, OwnershipConfig(meta.partitions),
                                on_acquired=start_partition, on_lost=stop_partition)
     await owner.run()          # returns when the session is lost or after release_all()
 """
 
-from schedd.coord._fence import Fence
 from schedd.coord._membership import Membership, NodeInfo
 from schedd.coord._meta import FORMAT_VERSION, ClusterMeta, init_cluster, read_cluster
 from schedd.coord._ownership import (
@@ -26,6 +26,7 @@ from schedd.coord._ownership import (
     rendezvous_score,
 )
 from schedd.coord._session import Session
+from schedd.store import Fence
 
 __all__ = [
     "FORMAT_VERSION",

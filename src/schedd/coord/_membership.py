@@ -14,8 +14,7 @@ from schedd._clock import Clock
 from schedd._errors import Unavailable
 from schedd.coord._mirror import PrefixMirror
 from schedd.coord._session import Session
-from schedd.store._etcd import Etcd, KeyValue
-from schedd.store._keys import Keys
+from schedd.store import KV, Keys, KeyValue
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class Membership:
     when they disagree by over a second).
 
     Args:
-        etcd: the connection.
+        kv: the store.
         keys: the key layout.
         session: the lease the node record is attached to; must be started.
         info: this node's record; ``clock_ms`` and ``eligible`` are maintained here.
@@ -96,7 +95,7 @@ class Membership:
 
     def __init__(
         self,
-        etcd: Etcd,
+        kv: KV,
         keys: Keys,
         session: Session,
         info: NodeInfo,
@@ -104,13 +103,13 @@ class Membership:
         clock: Clock,
         refresh_s: float = 2.0,
     ) -> None:
-        self._etcd = etcd
+        self._kv = kv
         self._keys = keys
         self._session = session
         self.info = info
         self._clock = clock
         self.refresh_s = refresh_s
-        self._mirror = PrefixMirror(etcd, keys.nodes_prefix())
+        self._mirror = PrefixMirror(kv, keys.nodes_prefix())
         self._nodes: dict[str, NodeInfo] = {}
         self._samples: dict[str, int] = {}  # peer id -> own_now - peer clock_ms
         self._revs: dict[str, int] = {}  # peer id -> mod revision of the record last seen
@@ -153,7 +152,7 @@ class Membership:
         await self._mirror.close()
         if not self._session.done.is_set():
             with contextlib.suppress(Unavailable):
-                await self._etcd.delete(self._keys.node_key(self.node_id))
+                await self._kv.delete(self._keys.node_key(self.node_id))
 
     def live_nodes(self) -> dict[str, NodeInfo]:
         """Node id -> record of every node whose session is alive (as last seen)."""
@@ -197,7 +196,7 @@ class Membership:
 
     async def _publish(self) -> None:
         self.info.clock_ms = self._clock.now_ms()
-        await self._etcd.put(
+        await self._kv.put(
             self._keys.node_key(self.node_id), self.info.to_json(), lease=self._session.lease_id
         )
 

@@ -8,8 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 from schedd._errors import FailedPrecondition, InvalidArgument
-from schedd.store._etcd import Etcd, cmp_create, op_get, op_put, response_kvs
-from schedd.store._keys import Keys
+from schedd.store import KV, Keys
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class ClusterMeta:
             raise FailedPrecondition(f"meta/cluster is not valid cluster meta: {raw!r}") from exc
 
 
-async def init_cluster(etcd: Etcd, keys: Keys, partitions: int) -> ClusterMeta:
+async def init_cluster(kv: KV, keys: Keys, partitions: int) -> ClusterMeta:
     """Creates ``meta/cluster`` if absent; returns what is stored.
 
     One create-if-absent transaction, so concurrent initialisers agree on one meta. The
@@ -73,11 +72,12 @@ async def init_cluster(etcd: Etcd, keys: Keys, partitions: int) -> ClusterMeta:
         raise InvalidArgument("partitions", f"must be in 1..{MAX_PARTITIONS}, got {partitions}")
     key = keys.meta_key()
     meta = ClusterMeta(partitions, FORMAT_VERSION, uuid.uuid4().hex)
-    resp = await etcd.txn([cmp_create(key, 0)], [op_put(key, meta.to_json())], [op_get(key)])
+    ops = kv.ops
+    resp = await kv.txn([ops.cmp_create(key, 0)], [ops.put(key, meta.to_json())], [ops.get(key)])
     if resp.succeeded:
         log.info("cluster initialised id=%s partitions=%d", meta.cluster_id, partitions)
         return meta
-    kvs = response_kvs(resp, 0)
+    kvs = resp.kvs(0)
     if not kvs:  # deleted between compare and get cannot happen inside one txn
         raise FailedPrecondition("meta/cluster vanished during init")
     stored = ClusterMeta.from_json(kvs[0].value)
@@ -91,7 +91,7 @@ async def init_cluster(etcd: Etcd, keys: Keys, partitions: int) -> ClusterMeta:
     return stored
 
 
-async def read_cluster(etcd: Etcd, keys: Keys) -> ClusterMeta | None:
+async def read_cluster(kv: KV, keys: Keys) -> ClusterMeta | None:
     """The stored meta, or None when the cluster was never initialised."""
-    kv = await etcd.get(keys.meta_key())
-    return None if kv is None else ClusterMeta.from_json(kv.value)
+    found = await kv.get(keys.meta_key())
+    return None if found is None else ClusterMeta.from_json(found.value)

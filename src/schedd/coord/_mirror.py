@@ -1,4 +1,4 @@
-"""A live in-memory copy of one etcd prefix: list, then watch, re-list on compaction."""
+"""A live in-memory copy of one store prefix: list, then watch, re-list on compaction."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from schedd._errors import Unavailable
-from schedd.store._etcd import Etcd, KeyValue, WatchBatch, WatchCompacted, prefix_end
+from schedd.store import KV, KeyValue, WatchBatch, WatchCompacted, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -20,19 +20,19 @@ class PrefixMirror:
     """Keeps :attr:`items` equal to the keys under ``prefix``, as of :attr:`revision`.
 
     The mirror lists the prefix, then watches from the listed revision + 1. When the watch
-    start revision was compacted away (etcd3aio would hang; the facade raises), or the
+    start revision was compacted away (the store raises WatchCompacted), or the
     stream breaks, it lists again, so it never misses a change for good; it may lag.
     Listeners are called synchronously after every list (with True: values may be old) and
     every applied watch batch (with False: changed values were just written).
 
     Args:
-        etcd: the connection.
+        kv: the store.
         prefix: the key prefix to mirror.
         retry_s: pause before re-listing after etcd was unavailable.
     """
 
-    def __init__(self, etcd: Etcd, prefix: bytes, *, retry_s: float = 0.5) -> None:
-        self._etcd = etcd
+    def __init__(self, kv: KV, prefix: bytes, *, retry_s: float = 0.5) -> None:
+        self._kv = kv
         self.prefix = prefix
         self._retry_s = retry_s
         self.items: dict[bytes, KeyValue] = {}
@@ -63,7 +63,7 @@ class PrefixMirror:
             self._task = None
 
     async def _relist(self) -> None:
-        kvs, rev = await self._etcd.range_all(self.prefix, prefix_end(self.prefix))
+        kvs, rev = await self._kv.range_all(self.prefix, prefix_end(self.prefix))
         self.items = {kv.key: kv for kv in kvs}
         self.revision = rev
         self.ready.set()
@@ -73,7 +73,7 @@ class PrefixMirror:
         end = prefix_end(self.prefix)
         while True:
             try:
-                async for batch in self._etcd.watch(self.prefix, end, self.revision + 1):
+                async for batch in self._kv.watch(self.prefix, end, self.revision + 1):
                     self._apply(batch)
             except WatchCompacted as exc:
                 log.info(

@@ -11,12 +11,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from schedd._errors import InvalidArgument, Unavailable
-from schedd.coord._fence import Fence
 from schedd.coord._membership import Membership
 from schedd.coord._mirror import PrefixMirror
 from schedd.coord._session import Session
-from schedd.store._etcd import Etcd, cmp_create, op_delete, op_put, op_txn, prefix_end
-from schedd.store._keys import Keys
+from schedd.store import KV, Fence, Keys, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +97,7 @@ class PartitionOwnership:
         heard since start) it claims nothing new.
 
     Args:
-        etcd: the connection.
+        kv: the store.
         keys: the key layout.
         session: started session; owner keys are attached to its lease.
         membership: started membership of this node.
@@ -110,7 +108,7 @@ class PartitionOwnership:
 
     def __init__(
         self,
-        etcd: Etcd,
+        kv: KV,
         keys: Keys,
         session: Session,
         membership: Membership,
@@ -119,14 +117,14 @@ class PartitionOwnership:
         on_acquired: OnAcquired,
         on_lost: OnLost,
     ) -> None:
-        self._etcd = etcd
+        self._kv = kv
         self._keys = keys
         self._session = session
         self._membership = membership
         self.config = config
         self._on_acquired = on_acquired
         self._on_lost = on_lost
-        self._mirror = PrefixMirror(etcd, keys.owners_prefix())
+        self._mirror = PrefixMirror(kv, keys.owners_prefix())
         self._owned: dict[int, Fence] = {}
         self._undeleted: dict[int, Fence] = {}  # released, but the delete did not get through
         self._wake = asyncio.Event()
@@ -246,16 +244,17 @@ class PartitionOwnership:
 
     async def _claim_batch(self, partitions: list[int]) -> list[Fence]:
         value, lease = self.node_id.encode(), self._session.lease_id
-        ops = []
+        o = self._kv.ops
+        items = []
         for p in partitions:
             key = self._keys.owner_key(p)
-            ops.append(op_txn([cmp_create(key, 0)], [op_put(key, value, lease)]))
-        resp = await self._etcd.txn([], ops)
+            items.append(o.txn([o.cmp_create(key, 0)], [o.put(key, value, lease)]))
+        resp = await self._kv.txn([], items)
         # Every write of one transaction has the transaction's revision: the epoch.
-        epoch = int(resp.header.revision)
+        epoch = resp.revision
         won = []
-        for p, r in zip(partitions, resp.responses, strict=True):
-            if r.response_txn.succeeded:
+        for p, ok in zip(partitions, resp.nested_outcomes(), strict=True):
+            if ok:
                 fence = Fence(p, self._keys.owner_key(p), epoch)
                 self._owned[p] = fence
                 won.append(fence)
@@ -295,8 +294,9 @@ class PartitionOwnership:
         fences = list(self._undeleted.values())
         for start in range(0, len(fences), self.config.claim_batch):
             chunk = fences[start : start + self.config.claim_batch]
-            ops = [op_txn([f.compare()], [op_delete(f.key)]) for f in chunk]
-            await self._etcd.txn([], ops)
+            o = self._kv.ops
+            ops = [o.txn([f.compare(o)], [o.delete(f.key)]) for f in chunk]
+            await self._kv.txn([], ops)
             for f in chunk:
                 self._undeleted.pop(f.partition, None)
 
@@ -351,7 +351,7 @@ class PartitionOwnership:
     async def partitions_status(self) -> list[tuple[int, str, int]]:
         """(partition, owner node id or "", epoch or 0) for every partition, read from etcd."""
         prefix = self._keys.owners_prefix()
-        kvs, _ = await self._etcd.range_all(prefix, prefix_end(prefix))
+        kvs, _ = await self._kv.range_all(prefix, prefix_end(prefix))
         owners: dict[int, tuple[str, int]] = {}
         for kv in kvs:
             with contextlib.suppress(ValueError):

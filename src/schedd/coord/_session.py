@@ -8,7 +8,7 @@ import logging
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
-from schedd.store._etcd import Etcd
+from schedd.store import KV
 
 log = logging.getLogger(__name__)
 
@@ -24,15 +24,15 @@ class Session:
     stays set: a session is never revived; make a new one.
 
     Args:
-        etcd: the connection.
+        kv: the store.
         ttl_s: lease TTL in seconds (>= 2); keep-alives are sent every ``ttl_s / 3``.
         clock: source of monotonic time and sleeps.
     """
 
-    def __init__(self, etcd: Etcd, *, ttl_s: int = 5, clock: Clock | None = None) -> None:
+    def __init__(self, kv: KV, *, ttl_s: int = 5, clock: Clock | None = None) -> None:
         if ttl_s < 2:
             raise ValueError(f"session ttl_s must be >= 2, got {ttl_s}")
-        self._etcd = etcd
+        self._kv = kv
         self.ttl_s = ttl_s
         self._clock: Clock = clock or SystemClock()
         self.lease_id = 0
@@ -50,7 +50,7 @@ class Session:
         if self._task is not None:
             raise RuntimeError("session already started")
         sent_at = self._clock.monotonic()
-        self.lease_id = await self._etcd.grant(self.ttl_s)
+        self.lease_id = await self._kv.grant(self.ttl_s)
         self._expires_at = sent_at + self.ttl_s
         self._task = asyncio.create_task(self._keep_alive(), name=f"session-{self.lease_id:x}")
         log.info("session started lease=%x ttl=%ds", self.lease_id, self.ttl_s)
@@ -69,7 +69,7 @@ class Session:
         """One keep-alive; False when the lease is (or must be assumed) gone."""
         sent_at = self._clock.monotonic()
         try:
-            ttl = await self._etcd.keepalive_once(self.lease_id)
+            ttl = await self._kv.keepalive_once(self.lease_id)
         except Unavailable as exc:
             if self._clock.monotonic() >= self._expires_at:
                 log.warning(
@@ -99,7 +99,7 @@ class Session:
         self.done.set()
         if self.lease_id and not already_done:
             try:
-                await self._etcd.revoke(self.lease_id)
+                await self._kv.revoke(self.lease_id)
             except Unavailable as exc:
                 log.warning(
                     "session lease=%x revoke failed, it will expire: %s", self.lease_id, exc

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
-from schedd.store._etcd import EtcdConfig
+from schedd.store import EtcdConfig
 
 log = logging.getLogger("schedd.dev")
 

@@ -24,7 +24,7 @@ from schedd.model import (
     validate_new_job,
 )
 from schedd.schedule import parse_schedule
-from schedd.store._jobs import JobStore
+from schedd.store import JobStore
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
 MAX_PAGE = 1000

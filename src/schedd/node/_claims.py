@@ -13,9 +13,17 @@ import logging
 from dataclasses import dataclass
 
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
-from schedd.store._jobs import execution_from, execution_template, new_execution
-from schedd.store._owner import Item, PartitionStore
-from schedd.store._records import FIRE, DueEntry, JobState, StoredJob
+from schedd.store import (
+    FIRE,
+    DueEntry,
+    Item,
+    JobState,
+    PartitionStore,
+    StoredJob,
+    execution_from,
+    execution_template,
+    new_execution,
+)
 from schedd.v1 import execution_pb2, job_pb2
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedd.store._etcd import EtcdConfig
-from schedd.store._keys import DEFAULT_PREFIX
+from schedd.store import DEFAULT_PREFIX, EtcdConfig
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from schedd.store._keys import parse_execution_id, partition_of
+from schedd.store import parse_execution_id, partition_of
 from schedd.v1 import execution_pb2, worker_pb2
 
 if TYPE_CHECKING:

@@ -38,11 +38,19 @@ from schedd.node._live import OwnedPartitions
 from schedd.node._partition import Partition
 from schedd.node._servicer import SchedulerServicer
 from schedd.node._settling import Settler
-from schedd.store._etcd import Etcd, WatchCompacted, prefix_end
-from schedd.store._jobs import JobStore
-from schedd.store._keys import Keys, parse_execution_id, partition_of
-from schedd.store._owner import PartitionStore
-from schedd.store._records import FIRE, DueEntry
+from schedd.store import (
+    FIRE,
+    KV,
+    DueEntry,
+    JobStore,
+    Keys,
+    PartitionStore,
+    WatchCompacted,
+    connect_etcd,
+    parse_execution_id,
+    partition_of,
+    prefix_end,
+)
 from schedd.v1 import execution_pb2, scheduler_pb2, scheduler_pb2_grpc, worker_pb2
 
 log = logging.getLogger(__name__)
@@ -59,8 +67,12 @@ SERVER_OPTIONS = [
 class Node:
     """One scheduler node. Not reusable after :meth:`stop`."""
 
-    def __init__(self, config: NodeConfig, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: NodeConfig, *, clock: Clock | None = None, kv: KV | None = None
+    ) -> None:
         self.config = config
+        # The store; None: connect to etcd (config.etcd) at start, and close it at stop.
+        self._given_kv = kv
         self.clock: Clock = clock or SystemClock()
         self.keys = Keys(config.prefix)
         self.port = 0
@@ -76,8 +88,8 @@ class Node:
 
     async def start(self) -> None:
         cfg = self.config
-        self.etcd = await Etcd.connect(cfg.etcd)
-        meta = await init_cluster(self.etcd, self.keys, cfg.partitions)
+        self.kv: KV = self._given_kv or await connect_etcd(cfg.etcd)
+        meta = await init_cluster(self.kv, self.keys, cfg.partitions)
         if meta.partitions != cfg.partitions:
             log.warning("cluster has %d partitions (fixed at init); using that", meta.partitions)
         self.config = cfg = replace(cfg, partitions=meta.partitions)
@@ -92,7 +104,7 @@ class Node:
         )
         self.dispatcher = Dispatcher(cfg.node_id, self.settler, config=dcfg, clock=self.clock)
         self.firer.dispatcher = self.dispatcher
-        self.jobs = JobStore(self.etcd, self.keys, cfg.partitions, batch=cfg.txn_items)
+        self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
         self.api = NodeApi(self.jobs, self.history, self, self.clock)
         await self._serve()
         await self.dispatcher.start()
@@ -153,7 +165,8 @@ class Node:
         await self._close_session()
         await self.dispatcher.close()
         await self.server.stop(grace_s)
-        await self.etcd.close()
+        if self._given_kv is None:
+            await self.kv.close()
         self.history.close()
 
     async def _close_session(self) -> None:
@@ -183,13 +196,13 @@ class Node:
 
     async def _one_session(self) -> None:
         cfg = self.config
-        self._session = Session(self.etcd, ttl_s=cfg.session_ttl_s, clock=self.clock)
+        self._session = Session(self.kv, ttl_s=cfg.session_ttl_s, clock=self.clock)
         await self._session.start()
         info = NodeInfo(cfg.node_id, self.address, "0.1.0", self.started_ms, self.clock.now_ms())
-        self._membership = Membership(self.etcd, self.keys, self._session, info, clock=self.clock)
+        self._membership = Membership(self.kv, self.keys, self._session, info, clock=self.clock)
         await self._membership.start()
         self._ownership = PartitionOwnership(
-            self.etcd,
+            self.kv,
             self.keys,
             self._session,
             self._membership,
@@ -200,7 +213,7 @@ class Node:
         await self._ownership.run()
 
     async def _acquired(self, fence: Fence) -> None:
-        store = PartitionStore(self.etcd, self.keys, fence, max_items=self.config.txn_items)
+        store = PartitionStore(self.kv, self.keys, fence, max_items=self.config.txn_items)
         part = Partition(store, self.config, self.clock, self.history, self.firer, self)
         self.partitions.add(part)
         try:
@@ -251,8 +264,8 @@ class Node:
         start = self.keys.notify_prefix()
         while not self._stopping:
             try:
-                _, rev, _ = await self.etcd.range(start, prefix_end(start), limit=1, keys_only=True)
-                async for batch in self.etcd.watch(start, prefix_end(start), rev + 1):
+                _, rev, _ = await self.kv.range(start, prefix_end(start), limit=1, keys_only=True)
+                async for batch in self.kv.watch(start, prefix_end(start), rev + 1):
                     for ev in batch.events:
                         if ev.kind == "put":
                             p = self.keys.parse_notify_key(ev.kv.key)
@@ -299,7 +312,7 @@ class Node:
         serving = True
         while True:
             try:
-                await self.etcd.get(self.keys.meta_key())
+                await self.kv.get(self.keys.meta_key())
                 ok = True
             except Unavailable:
                 ok = False
@@ -316,12 +329,12 @@ class Node:
             if 0 not in self.partitions:
                 continue  # one node does it: the owner of partition 0
             try:
-                _, rev, _ = await self.etcd.range(
+                _, rev, _ = await self.kv.range(
                     self.keys.meta_key(), prefix_end(self.keys.meta_key()), limit=1
                 )
                 target = rev - self.config.compaction_keep_revisions
                 if target > 0:
-                    await self.etcd.compact(target)
+                    await self.kv.compact(target)
             except SchedError as exc:
                 log.warning("compaction failed: %s", exc)
 

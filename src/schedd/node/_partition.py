@@ -27,9 +27,7 @@ from schedd.node._config import NodeConfig
 from schedd.node._live import Firing, Live, PartitionEvents
 from schedd.node._pacing import ClaimPacer
 from schedd.node._window import DueWindow
-from schedd.store._keys import parse_execution_id
-from schedd.store._owner import JobView, PartitionStore
-from schedd.store._records import FIRE, DueEntry, StoredJob
+from schedd.store import FIRE, DueEntry, JobView, PartitionStore, StoredJob, parse_execution_id
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2
 

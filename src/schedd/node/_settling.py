@@ -27,9 +27,7 @@ from schedd.node._firing import Firer
 from schedd.node._live import Live, OwnedPartitions
 from schedd.node._partition import Partition
 from schedd.schedule import retry_backoff_ms
-from schedd.store._keys import parse_execution_id
-from schedd.store._owner import Item
-from schedd.store._records import RUN, DueEntry
+from schedd.store import RUN, DueEntry, Item, parse_execution_id
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from sortedcontainers import SortedDict
 
-from schedd.store._records import DueEntry
+from schedd.store import DueEntry
 
 _LAST = "\U0010ffff"  # sorts after every job id: (due_ms, _LAST) bounds a due_ms
 

@@ -1,0 +1,89 @@
+"""The store: the key layout and every transaction, behind one contract (:mod:`schedd.store.abc`).
+
+Everything outside this package imports from here, never from its underscore modules:
+
+- the contract: :class:`KV` (a revisioned key-value store with etcd's semantics),
+  :class:`OpBuilder`, :class:`TxnResult`, :class:`KeyValue`, watch types and errors;
+- the backends: :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``), and
+  :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests;
+- the layout: :class:`Keys` and the execution id helpers;
+- the schedd transactions on top: :class:`PartitionStore` (a partition owner's fenced
+  batches) and :class:`JobStore` (the client API's), with their records.
+"""
+
+from schedd.store._jobs import JobStore
+from schedd.store._keys import (
+    DEFAULT_PREFIX,
+    Keys,
+    PartitionKeys,
+    execution_id,
+    parse_execution_id,
+    partition_of,
+)
+from schedd.store._owner import Item, JobView, PartitionStore
+from schedd.store._records import (
+    FIRE,
+    RUN,
+    DueEntry,
+    JobState,
+    StoredJob,
+    decode_execution,
+    encode_execution,
+    execution_from,
+    execution_template,
+    new_execution,
+)
+from schedd.store._types import (
+    Fence,
+    KeyValue,
+    RevisionCompacted,
+    WatchBatch,
+    WatchCompacted,
+    WatchEvent,
+    prefix_end,
+)
+from schedd.store.abc import KV, Compare, KeyValueView, Op, OpBuilder, TxnRejected, TxnResult
+from schedd.store.etcd import EtcdConfig, EtcdKV, connect_etcd
+from schedd.store.memory import FaultPlan, MemoryKV
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "FIRE",
+    "KV",
+    "RUN",
+    "Compare",
+    "DueEntry",
+    "EtcdConfig",
+    "EtcdKV",
+    "FaultPlan",
+    "Fence",
+    "Item",
+    "JobState",
+    "JobStore",
+    "JobView",
+    "KeyValue",
+    "KeyValueView",
+    "Keys",
+    "MemoryKV",
+    "Op",
+    "OpBuilder",
+    "PartitionKeys",
+    "PartitionStore",
+    "RevisionCompacted",
+    "StoredJob",
+    "TxnRejected",
+    "TxnResult",
+    "WatchBatch",
+    "WatchCompacted",
+    "WatchEvent",
+    "connect_etcd",
+    "decode_execution",
+    "encode_execution",
+    "execution_from",
+    "execution_id",
+    "execution_template",
+    "new_execution",
+    "parse_execution_id",
+    "partition_of",
+    "prefix_end",
+]

@@ -11,20 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NewType, Protocol
+from typing import NewType
 
 from schedd._errors import FencedOut
-from schedd.store._etcd import (
-    Etcd,
-    KeyValue,
-    prefix_end,
-    w_cmp_create,
-    w_cmp_mod,
-    w_delete,
-    w_get,
-    w_put,
-    w_txn,
-)
 from schedd.store._keys import Keys
 from schedd.store._records import (
     FIRE,
@@ -35,26 +24,14 @@ from schedd.store._records import (
     decode_execution,
     encode_execution,
 )
+from schedd.store._types import Fence, KeyValue, prefix_end
+from schedd.store.abc import KV, TxnResult
 from schedd.v1 import execution_pb2
 
-
-class FenceLike(Protocol):
-    @property
-    def partition(self) -> int: ...
-    @property
-    def key(self) -> bytes: ...
-    @property
-    def epoch(self) -> int: ...
-
-
-#: Compares and ops that must apply together for one job: a nested transaction, as the wire
-#: bytes of one ``success`` entry of the outer txn (:func:`~schedd.store._etcd.w_txn`). The
-#: owner builds thousands a second; bytes cost a fraction of protobuf messages.
-Item = NewType("Item", bytes)
-
-
-def _item(compares: Sequence[bytes], ops: Sequence[bytes]) -> Item:
-    return Item(w_txn(compares, ops))
+#: Compares and ops that must apply together for one job: a nested transaction made by the
+#: backend's op builder (for etcd, the wire bytes of one ``success`` entry of the outer txn).
+#: The owner builds thousands a second; bytes cost a fraction of protobuf messages.
+Item = NewType("Item", object)
 
 
 @dataclass
@@ -69,23 +46,19 @@ class JobView:
 class PartitionStore:
     """Reads and fenced writes of one owned partition."""
 
-    def __init__(self, etcd: Etcd, keys: Keys, fence: FenceLike, *, max_items: int = 128) -> None:
-        self.etcd = etcd
+    def __init__(self, kv: KV, keys: Keys, fence: Fence, *, max_items: int = 128) -> None:
+        self.kv = kv
         self.keys = keys
         self.fence = fence
         self.partition = fence.partition
         self.max_items = max_items
-        # Key prefixes of this partition, built once (every item needs several keys).
-        self._job_pfx = keys.jobs_prefix()
-        self._state_pfx = keys.state_key("")
-        self._due_pfx = keys.due_prefix(self.partition)
-        self._runs_pfx = keys.runs_prefix(self.partition)
-
-    def _due_key(self, due_ms: int, jid: bytes) -> bytes:
-        return self._due_pfx + b"%013d/" % due_ms + jid
-
-    def _run_key(self, jid: bytes, scheduled_ms: int) -> bytes:
-        return self._runs_pfx + jid + b"/%013d" % scheduled_ms
+        # Built once, bound once: every item needs several keys and ops.
+        pk = keys.partition_keys(self.partition)
+        self._job_key, self._state_key = pk.job_key, pk.state_key
+        self._due_key, self._run_key = pk.due_key, pk.run_key
+        ops = kv.ops
+        self._cmp_create, self._cmp_mod = ops.cmp_create, ops.cmp_mod
+        self._put, self._delete, self._get, self._txn = ops.put, ops.delete, ops.get, ops.txn
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -94,7 +67,7 @@ class PartitionStore:
         start = self.keys.due_prefix(self.partition)
         if after_ms >= 0:
             start = self.keys.due_until(self.partition, after_ms)
-        kvs, rev = await self.etcd.range_all(start, self.keys.due_until(self.partition, until_ms))
+        kvs, rev = await self.kv.range_all(start, self.keys.due_until(self.partition, until_ms))
         return [self.due_entry(kv) for kv in kvs], rev
 
     def due_entry(self, kv: KeyValue) -> DueEntry:
@@ -104,7 +77,7 @@ class PartitionStore:
     async def load_runs(self) -> list[execution_pb2.Execution]:
         """Live executions of the partition, tokens filled from mod revisions."""
         start = self.keys.runs_prefix(self.partition)
-        kvs, _ = await self.etcd.range_all(start, prefix_end(start))
+        kvs, _ = await self.kv.range_all(start, prefix_end(start))
         return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
 
     async def fetch_jobs(self, job_ids: Iterable[str]) -> dict[str, StoredJob]:
@@ -117,13 +90,10 @@ class PartitionStore:
             ops = []
             for job_id in chunk:
                 jid = job_id.encode()
-                ops += [w_get(self._job_pfx + jid), w_get(self._state_pfx + jid)]
-            resp = await self.etcd.txn_wire(b"".join(ops))
+                ops += [self._get(self._job_key(jid)), self._get(self._state_key(jid))]
+            resp = await self.kv.txn((), ops)
             for n, job_id in enumerate(chunk):
-                stored = StoredJob.from_kvs(
-                    resp.responses[2 * n].response_range.kvs,
-                    resp.responses[2 * n + 1].response_range.kvs,
-                )
+                stored = StoredJob.from_kvs(resp.kvs(2 * n), resp.kvs(2 * n + 1))
                 if stored is not None:
                     out[job_id] = stored
         return out
@@ -141,23 +111,22 @@ class PartitionStore:
             chunk = ids[i : i + per_txn]
             ops = []
             for job_id in chunk:
+                jid = job_id.encode()
                 runs = self.keys.runs_job_prefix(self.partition, job_id)
                 ops += [
-                    w_get(self.keys.job_key(job_id)),
-                    w_get(self.keys.state_key(job_id)),
-                    w_get(runs, prefix_end(runs)),
+                    self._get(self._job_key(jid)),
+                    self._get(self._state_key(jid)),
+                    self._get(runs, prefix_end(runs)),
                 ]
-            resp = await self.etcd.txn_wire(b"".join(ops))
+            resp = await self.kv.txn((), ops)
             for n, job_id in enumerate(chunk):
                 views[job_id] = self._view(job_id, resp, 3 * n)
         await self._fill_due(views)
         return views
 
-    def _view(self, job_id: str, resp: Any, at: int) -> JobView:
-        cached = StoredJob.from_kvs(
-            resp.responses[at].response_range.kvs, resp.responses[at + 1].response_range.kvs
-        )
-        runs = resp.responses[at + 2].response_range.kvs
+    def _view(self, job_id: str, resp: TxnResult, at: int) -> JobView:
+        cached = StoredJob.from_kvs(resp.kvs(at), resp.kvs(at + 1))
+        runs = resp.kvs(at + 2)
         return JobView(cached, [decode_execution(kv.value, kv.mod_revision) for kv in runs])
 
     async def _fill_due(self, views: dict[str, JobView]) -> None:
@@ -168,7 +137,7 @@ class PartitionStore:
             for ex in view.runs:
                 if ex.due_ms:
                     keys.append(self.keys.due_key(self.partition, ex.due_ms, job_id))
-        found = await self.etcd.get_many(list(dict.fromkeys(keys)), per_txn=self.max_items)
+        found = await self.kv.get_many(list(dict.fromkeys(keys)), per_txn=self.max_items)
         for kv in found:
             if kv is not None:
                 entry = self.due_entry(kv)
@@ -180,7 +149,7 @@ class PartitionStore:
         """The live executions at these (job, scheduled) run keys, batched."""
         keys = [self.keys.run_key(self.partition, job, sched) for job, sched in wanted]
         out: dict[tuple[str, int], execution_pb2.Execution] = {}
-        for kv in await self.etcd.get_many(keys, per_txn=self.max_items):
+        for kv in await self.kv.get_many(keys, per_txn=self.max_items):
             if kv is not None:
                 ex = decode_execution(kv.value, kv.mod_revision)
                 out[(ex.job_id, ex.scheduled_ms)] = ex
@@ -200,14 +169,14 @@ class PartitionStore:
         """
         outcomes: list[bool] = []
         revision = 0
-        fence = w_cmp_create(self.fence.key, self.fence.epoch)
+        fence = [self.fence.compare(self.kv.ops)]
         for i in range(0, len(items), self.max_items):
             chunk = items[i : i + self.max_items]
-            resp = await self.etcd.txn_wire(fence + b"".join(chunk))
+            resp = await self.kv.txn(fence, chunk)
             if not resp.succeeded:
                 raise FencedOut(self.partition, self.fence.epoch)
-            revision = int(resp.header.revision)
-            outcomes.extend(bool(r.response_txn.succeeded) for r in resp.responses)
+            revision = resp.revision
+            outcomes += resp.nested_outcomes()
         return outcomes, revision
 
     async def apply_each(self, items: Sequence[Item]) -> tuple[list[bool], list[int]]:
@@ -237,46 +206,50 @@ class PartitionStore:
         """
         jid = entry.job_id.encode()
         due_key = self._due_key(entry.due_ms, jid)
-        state_key = self._state_pfx + jid
+        state_key = self._state_key(jid)
+        cmp_mod, put = self._cmp_mod, self._put
         compares = [
-            w_cmp_mod(self._job_pfx + jid, cached.spec_revision),
-            w_cmp_mod(state_key, cached.state_revision),
-            w_cmp_mod(due_key, entry.mod_revision),
+            cmp_mod(self._job_key(jid), cached.spec_revision),
+            cmp_mod(state_key, cached.state_revision),
+            cmp_mod(due_key, entry.mod_revision),
         ]
-        ops = [w_delete(due_key), w_put(state_key, next_state.encode())]
+        ops = [self._delete(due_key), put(state_key, next_state.encode())]
         for ex in executions:
             run_key = self._run_key(jid, ex.scheduled_ms)
-            compares.append(w_cmp_create(run_key, 0))
-            ops.append(w_put(run_key, encode_execution(ex)))
+            compares.append(self._cmp_create(run_key, 0))
+            ops.append(put(run_key, encode_execution(ex)))
         if next_state.due_ms:
             value = DueEntry.encode_value(FIRE, next_state.next_fire_ms)
-            ops.append(w_put(self._due_key(next_state.due_ms, jid), value))
-        return _item(compares, ops)
+            ops.append(put(self._due_key(next_state.due_ms, jid), value))
+        return Item(self._txn(compares, ops))
 
     def unclaim(self, cached: StoredJob, executions: Sequence[execution_pb2.Execution]) -> Item:
         """Undoes claims of schedule fires: deletes their runs, moves the due key back."""
-        k, p, job_id = self.keys, self.partition, cached.job.id
+        job_id = cached.job.id
+        jid = job_id.encode()
         first = min(executions, key=lambda e: e.scheduled_ms)
-        compares = [w_cmp_mod(k.state_key(job_id), cached.state_revision)]
+        compares = [self._cmp_mod(self._state_key(jid), cached.state_revision)]
         ops = []
         for ex in executions:
-            run_key = k.run_key(p, job_id, ex.scheduled_ms)
-            compares.append(w_cmp_mod(run_key, ex.fencing_token))
-            ops.append(w_delete(run_key))
+            run_key = self._run_key(jid, ex.scheduled_ms)
+            compares.append(self._cmp_mod(run_key, ex.fencing_token))
+            ops.append(self._delete(run_key))
         if cached.state.due_ms and cached.state.due_ms != first.due_ms:
-            ops.append(w_delete(k.due_key(p, cached.state.due_ms, job_id)))
+            ops.append(self._delete(self._due_key(cached.state.due_ms, jid)))
         back = JobState(first.due_ms, first.scheduled_ms, cached.state.last_fire_ms)
-        entry = DueEntry(p, first.due_ms, job_id, FIRE, first.scheduled_ms)
+        entry = DueEntry(self.partition, first.due_ms, job_id, FIRE, first.scheduled_ms)
         ops += [
-            w_put(k.due_key(p, first.due_ms, job_id), entry.encode()),
-            w_put(k.state_key(job_id), back.encode()),
+            self._put(self._due_key(first.due_ms, jid), entry.encode()),
+            self._put(self._state_key(jid), back.encode()),
         ]
-        return _item(compares, ops)
+        return Item(self._txn(compares, ops))
 
     def drop_due(self, entry: DueEntry) -> Item:
         """Removes a due entry that points at nothing (its job or execution is gone)."""
         due_key = self._due_key(entry.due_ms, entry.job_id.encode())
-        return _item([w_cmp_mod(due_key, entry.mod_revision)], [w_delete(due_key)])
+        return Item(
+            self._txn([self._cmp_mod(due_key, entry.mod_revision)], [self._delete(due_key)])
+        )
 
     def rewrite_run(
         self,
@@ -292,16 +265,16 @@ class PartitionStore:
         """
         jid = execution.job_id.encode()
         run_key = self._run_key(jid, execution.scheduled_ms)
-        compares = [w_cmp_mod(run_key, execution.fencing_token)]
-        ops = [w_put(run_key, encode_execution(execution))]
+        compares = [self._cmp_mod(run_key, execution.fencing_token)]
+        ops = [self._put(run_key, encode_execution(execution))]
         if consume is not None:
             due_key = self._due_key(consume.due_ms, jid)
-            compares.append(w_cmp_mod(due_key, consume.mod_revision))
-            ops.append(w_delete(due_key))
+            compares.append(self._cmp_mod(due_key, consume.mod_revision))
+            ops.append(self._delete(due_key))
         if add_due_ms:
             value = DueEntry.encode_value(RUN, execution.scheduled_ms)
-            ops.append(w_put(self._due_key(add_due_ms, jid), value))
-        return _item(compares, ops)
+            ops.append(self._put(self._due_key(add_due_ms, jid), value))
+        return Item(self._txn(compares, ops))
 
     def finish_run(
         self,
@@ -314,8 +287,8 @@ class PartitionStore:
         ``dead_record`` (state DEAD) is written to the dead-letter queue in the same txn.
         """
         run_key = self._run_key(execution.job_id.encode(), execution.scheduled_ms)
-        ops = [w_delete(run_key)]
+        ops = [self._delete(run_key)]
         if dead_record is not None:
             dlq = self.keys.dlq_key(execution.tenant, execution.job_id, execution.scheduled_ms)
-            ops.append(w_put(dlq, encode_execution(dead_record)))
-        return _item([w_cmp_mod(run_key, execution.fencing_token)], ops)
+            ops.append(self._put(dlq, encode_execution(dead_record)))
+        return Item(self._txn([self._cmp_mod(run_key, execution.fencing_token)], ops))

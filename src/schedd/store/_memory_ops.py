@@ -1,0 +1,119 @@
+"""The memory backend's ops, txn results and range rules (see :mod:`schedd.store.memory`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sortedcontainers import SortedDict
+
+from schedd.store._types import KeyValue
+from schedd.store.abc import Compare, KeyValueView, Op, TxnRejected
+
+#: A range end meaning "to the last key" (etcd's convention).
+TO_END = b"\x00"
+
+
+class MemoryOps:
+    """The memory backend's :class:`~schedd.store.abc.OpBuilder`: small tuples."""
+
+    @staticmethod
+    def cmp_create(key: bytes, create_revision: int) -> Compare:
+        return ("create", key, create_revision)
+
+    @staticmethod
+    def cmp_mod(key: bytes, mod_revision: int) -> Compare:
+        return ("mod", key, mod_revision)
+
+    @staticmethod
+    def put(key: bytes, value: bytes, lease: int = 0) -> Op:
+        return ("put", key, value, lease)
+
+    @staticmethod
+    def delete(key: bytes, end: bytes = b"") -> Op:
+        return ("delete", key, end)
+
+    @staticmethod
+    def get(key: bytes, end: bytes = b"") -> Op:
+        return ("get", key, end)
+
+    @staticmethod
+    def txn(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> Op:
+        return ("txn", tuple(compares), tuple(success), tuple(failure))
+
+
+class MemoryTxnResult:
+    """The memory backend's :class:`~schedd.store.abc.TxnResult`."""
+
+    __slots__ = ("_responses", "revision", "succeeded")
+
+    def __init__(self, succeeded: bool, revision: int, responses: list[Any]) -> None:
+        self.succeeded = succeeded
+        self.revision = revision
+        self._responses = responses
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+    def kvs(self, index: int) -> Sequence[KeyValueView]:
+        found: list[KeyValue] = self._responses[index]
+        return found
+
+    def txn_succeeded(self, index: int) -> bool:
+        return bool(self._responses[index][0])
+
+    def nested_outcomes(self) -> list[bool]:
+        return [bool(r[0]) if isinstance(r, tuple) else False for r in self._responses]
+
+    def nested(self, index: int) -> MemoryTxnResult:
+        ok, responses = self._responses[index]
+        return MemoryTxnResult(ok, self.revision, responses)
+
+
+def in_range(key: bytes, start: bytes, end: bytes) -> bool:
+    if not end:
+        return key == start
+    return start <= key and (end == TO_END or key < end)
+
+
+def keys_in(mapping: SortedDict, start: bytes, end: bytes) -> Iterable[bytes]:
+    if not end:
+        return [start] if start in mapping else []
+    found: Iterable[bytes]
+    if end == TO_END:
+        found = mapping.irange(minimum=start)
+    else:
+        found = mapping.irange(minimum=start, maximum=end, inclusive=(True, False))
+    return found
+
+
+def check_branch(ops: Sequence[Any]) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
+    """etcd's rule: no key put twice, nor put and deleted, in one branch (nested included).
+
+    Returns the keys put and the ranges deleted (for the enclosing level's check).
+
+    Raises:
+        TxnRejected: a key is written twice.
+    """
+    dels = [(op[1], op[2]) for op in ops if op[0] == "delete"]
+    puts: set[bytes] = set()
+
+    def add(key: bytes, shared: set[bytes] | None = None) -> None:
+        twice = key in puts and (shared is None or key not in shared)
+        if twice or any(in_range(key, start, end) for start, end in dels):
+            raise TxnRejected(f"duplicate key given in txn request: {key!r}")
+        puts.add(key)
+
+    for op in ops:
+        if op[0] == "txn":
+            then_puts, then_dels = check_branch(op[2])
+            else_puts, else_dels = check_branch(op[3])
+            for key in then_puts:
+                add(key)
+            for key in else_puts:
+                add(key, shared=then_puts)  # then and else exclude each other
+            dels += then_dels + else_dels
+    for op in ops:
+        if op[0] == "put":
+            add(op[1])
+    return puts, dels

@@ -1,0 +1,72 @@
+"""JobStore and PartitionStore on the memory backend: the client API's and the owner's
+transactions hold etcd's rules (one write per key per txn, fencing) without an etcd."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedd._clock import ManualClock
+from schedd._errors import FencedOut
+from schedd.model import validate_new_job
+from schedd.store import FIRE, Fence, JobStore, Keys, MemoryKV, PartitionStore, prefix_end
+from schedd.v1 import job_pb2
+
+NOW = 1_700_000_000_000
+
+
+def _job(job_id: str) -> job_pb2.Job:
+    spec = job_pb2.Job(
+        id=job_id,
+        tenant="acme",
+        name="hourly",
+        schedule=job_pb2.Schedule(expr="@every 1h", timezone="UTC"),
+        handler=job_pb2.HandlerTarget(name="noop", queue="q"),
+    )
+    return validate_new_job(spec, now_ms=NOW, id_factory=lambda: "")
+
+
+async def test_update_keeping_the_due_key_writes_it_once() -> None:
+    kv, keys = MemoryKV(clock=ManualClock(NOW)), Keys(b"/t/")
+    jobs = JobStore(kv, keys, partitions=1)
+    [created] = await jobs.create_jobs([_job("j1")], NOW)
+    assert isinstance(created, tuple) and created[1]
+    due_before = (await jobs.read("j1")).state.due_ms
+
+    def rename(job: job_pb2.Job) -> job_pb2.Job:
+        job.name = "renamed"
+        return job
+
+    # The same schedule from the same instant: the new due key is the old one (etcd would
+    # reject a delete and a put of it in one txn; so does the memory backend).
+    updated = await jobs.update_job("j1", rename, NOW - 1)
+    stored = await jobs.read("j1")
+    assert updated.name == "renamed" and stored.state.due_ms == due_before
+    due, _ = await kv.range_all(keys.due_prefix(0), prefix_end(keys.due_prefix(0)))
+    assert [kv.key for kv in due] == [keys.due_key(0, due_before, "j1")]
+    assert await jobs.delete_job("j1", NOW) == 0
+    assert await kv.count(keys.prefix, prefix_end(keys.prefix)) == 1  # notify/0 only
+
+
+async def test_claim_is_fenced_by_the_owner_key_epoch() -> None:
+    kv, keys = MemoryKV(clock=ManualClock(NOW)), Keys(b"/t/")
+    jobs = JobStore(kv, keys, partitions=1)
+    await jobs.create_jobs([_job("j1")], NOW)
+    owner = keys.owner_key(0)
+    epoch = await kv.put(owner, b"node-a")
+    store = PartitionStore(kv, keys, Fence(0, owner, epoch))
+    entries, _ = await store.load_due(NOW + 7_200_000)
+    [entry] = entries
+    assert entry.kind == FIRE
+    cached = (await store.fetch_jobs(["j1"]))["j1"]
+    item = store.drop_due(entry)
+    await kv.delete(owner)
+    await kv.put(owner, b"node-b")  # a new owner: a new epoch
+    with pytest.raises(FencedOut):
+        await store.apply([item])
+    assert cached.state.due_ms == entry.due_ms
+    current = await kv.get(owner)
+    assert current is not None and current.create_revision > epoch
+    fresh = PartitionStore(kv, keys, Fence(0, owner, current.create_revision))
+    ok, rev = await fresh.apply([fresh.drop_due(entry)])
+    assert ok == [True] and rev == kv.revision
+    assert await kv.get(keys.due_key(0, entry.due_ms, "j1")) is None
