@@ -25,7 +25,13 @@ from schedd.model._fields import (
     validate_id,
 )
 from schedd.model._ids import new_job_id, validate_execution_id
-from schedd.model._job import OUTPUT_FIELDS, normalise_spec, same_spec, validate_new_job
+from schedd.model._job import (
+    OUTPUT_FIELDS,
+    normalise_spec,
+    same_spec,
+    validate_new_job,
+    validate_new_job_parsed,
+)
 from schedd.model._update import MUTABLE_PATHS, apply_update
 
 __all__ = [
@@ -49,4 +55,5 @@ __all__ = [
     "validate_execution_id",
     "validate_id",
     "validate_new_job",
+    "validate_new_job_parsed",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from schedd._errors import InvalidArgument
 from schedd.model._fields import (
@@ -19,6 +20,9 @@ from schedd.model._fields import (
     check_text,
 )
 from schedd.v1 import job_pb2
+
+if TYPE_CHECKING:
+    from schedd.schedule import Schedule
 
 DEFAULT_TENANT = "default"
 DEFAULT_QUEUE = "default"
@@ -44,6 +48,8 @@ def validate_new_job(
 ) -> job_pb2.Job:
     """Validate a job for CreateJob and return its normalised copy.
 
+    :func:`validate_new_job_parsed` does the same and also returns the parsed schedule.
+
     The copy has tenant, queue and time zone defaulted (``"default"``, ``"default"``, the
     canonical zone name, ``"UTC"`` when empty), an id from ``id_factory`` when none was given,
     output-only fields cleared and ``created_ms = updated_ms = now_ms``, and every policy
@@ -57,6 +63,13 @@ def validate_new_job(
     Raises:
         InvalidArgument: The first rule the job breaks, with its dotted field path.
     """
+    return validate_new_job_parsed(job, now_ms=now_ms, id_factory=id_factory)[0]
+
+
+def validate_new_job_parsed(
+    job: job_pb2.Job, *, now_ms: int, id_factory: Callable[[], str]
+) -> tuple[job_pb2.Job, Schedule]:
+    """:func:`validate_new_job`, with the schedule it parsed (a create parses it once)."""
     out = job_pb2.Job()
     out.CopyFrom(job)
     for name in OUTPUT_FIELDS:
@@ -64,14 +77,14 @@ def validate_new_job(
     out.id = check_text("job.id", out.id) or id_factory()
     out.tenant = check_text("job.tenant", out.tenant) or DEFAULT_TENANT
     out.idempotency_key = check_text("job.idempotency_key", out.idempotency_key)
-    normalise_spec(out, anchor_ms=now_ms)
+    schedule = normalise_spec(out, anchor_ms=now_ms)
     out.created_ms = now_ms
     out.updated_ms = now_ms
-    return out
+    return out, schedule
 
 
-def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> None:
-    """Check and default the mutable part of ``job`` in place.
+def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> Schedule:
+    """Check and default the mutable part of ``job`` in place; returns the parsed schedule.
 
     Defaults: retry (3 attempts, 1 s initial, 5 min max backoff, multiplier 2), misfire ONCE
     with a catch-up limit of 10, overlap ALLOW, a 5 min timeout, queue ``"default"``, HTTP
@@ -81,7 +94,7 @@ def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> None:
         InvalidArgument: The first rule broken, with its dotted field path.
     """
     job.name = check_text("job.name", job.name, required=True)
-    _check_schedule(job.schedule, anchor_ms)
+    schedule = _check_schedule(job.schedule, anchor_ms)
     _check_target(job)
     check_payload("job.payload", job.payload)
     _check_retry(job.retry)
@@ -92,9 +105,10 @@ def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> None:
     labels = check_labels("job.labels", dict(job.labels))
     job.labels.clear()
     job.labels.update(labels)
+    return schedule
 
 
-def _check_schedule(schedule: job_pb2.Schedule, anchor_ms: int) -> None:
+def _check_schedule(schedule: job_pb2.Schedule, anchor_ms: int) -> Schedule:
     from schedd.schedule import parse_schedule, validate_timezone
 
     expr = schedule.expr.strip()
@@ -102,12 +116,13 @@ def _check_schedule(schedule: job_pb2.Schedule, anchor_ms: int) -> None:
         raise InvalidArgument("job.schedule.expr", "must not be empty")
     try:
         tz = validate_timezone(schedule.timezone or DEFAULT_TIMEZONE)
-        parse_schedule(expr, tz, anchor_ms=anchor_ms)
+        parsed = parse_schedule(expr, tz, anchor_ms=anchor_ms)
     except InvalidArgument as exc:
         field = exc.field if exc.field.startswith("job.") else f"job.{exc.field or 'schedule'}"
         raise InvalidArgument(field, exc.reason) from exc
     schedule.expr = expr
     schedule.timezone = tz
+    return parsed
 
 
 def _check_target(job: job_pb2.Job) -> None:

@@ -21,9 +21,9 @@ from schedd.model import (
     new_job_id,
     validate_execution_id,
     validate_id,
-    validate_new_job,
+    validate_new_job_parsed,
 )
-from schedd.schedule import parse_schedule
+from schedd.schedule import Schedule, parse_schedule
 from schedd.store import JobStore
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
@@ -64,19 +64,27 @@ class NodeApi:
 
     # -- jobs ----------------------------------------------------------------------------------
 
-    def _validated(self, job: job_pb2.Job, now: int, field: str = "job") -> job_pb2.Job:
-        out = validate_new_job(job, now_ms=now, id_factory=self.id_factory)
-        sched = parse_schedule(out.schedule.expr, out.schedule.timezone, anchor_ms=now)
+    def _validated(
+        self, job: job_pb2.Job, now: int, field: str = "job"
+    ) -> tuple[job_pb2.Job, Schedule]:
+        """The normalised job and its schedule, parsed once for the whole create."""
+        try:
+            out, sched = validate_new_job_parsed(job, now_ms=now, id_factory=self.id_factory)
+        except InvalidArgument as exc:
+            if field == "job" or not exc.field.startswith("job"):
+                raise
+            # In a batch, the field names the item: jobs[3].schedule.expr.
+            raise InvalidArgument(field + exc.field[3:], exc.reason) from exc
         if sched.next_fire(now - 1) is None:
             raise InvalidArgument(f"{field}.schedule.expr", "the schedule has no fire after now")
-        return out
+        return out, sched
 
     async def create_job(
         self, req: scheduler_pb2.CreateJobRequest
     ) -> scheduler_pb2.CreateJobResponse:
         now = self.clock.now_ms()
-        job = self._validated(req.job, now)
-        (result,) = await self.jobs.create_jobs([job], now)
+        job, sched = self._validated(req.job, now)
+        (result,) = await self.jobs.create_jobs([job], now, [sched])
         if isinstance(result, SchedError):
             raise result
         return scheduler_pb2.CreateJobResponse(job=result[0], created=result[1])
@@ -89,15 +97,20 @@ class NodeApi:
         now = self.clock.now_ms()
         results: list[scheduler_pb2.BatchCreateJobsResult | None] = []
         valid: list[job_pb2.Job] = []
+        schedules: list[Schedule] = []
         slots: list[int] = []
         for n, job in enumerate(req.jobs):
             try:
-                valid.append(self._validated(job, now, f"jobs[{n}]"))
+                out, sched = self._validated(job, now, f"jobs[{n}]")
+                valid.append(out)
+                schedules.append(sched)
                 slots.append(n)
                 results.append(None)
             except SchedError as err:
                 results.append(scheduler_pb2.BatchCreateJobsResult(error=item_error(err)))
-        for n, outcome in zip(slots, await self.jobs.create_jobs(valid, now), strict=True):
+        for n, outcome in zip(
+            slots, await self.jobs.create_jobs(valid, now, schedules), strict=True
+        ):
             if isinstance(outcome, SchedError):
                 results[n] = scheduler_pb2.BatchCreateJobsResult(error=item_error(outcome))
             else:
@@ -122,9 +135,8 @@ class NodeApi:
         now = self.clock.now_ms()
 
         def mutate(stored: job_pb2.Job) -> job_pb2.Job:
-            new = apply_update(stored, req.job, list(req.update_paths), now_ms=now)
-            parse_schedule(new.schedule.expr, new.schedule.timezone, anchor_ms=new.created_ms)
-            return new
+            # apply_update validates the schedule too (anchored at the job's creation).
+            return apply_update(stored, req.job, list(req.update_paths), now_ms=now)
 
         return await self.jobs.update_job(
             job_id, mutate, now, expected_version=req.expected_version

@@ -19,7 +19,7 @@ from schedd._errors import (
     SchedError,
 )
 from schedd.model import same_spec
-from schedd.schedule import jitter_offset_ms, parse_schedule
+from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule
 from schedd.store._keys import Keys, parse_execution_id, partition_of
 from schedd.store._records import (
     FIRE,
@@ -44,11 +44,18 @@ IN_FLIGHT_MARGIN_MS = 500
 Mutation = Callable[[job_pb2.Job], job_pb2.Job]
 
 
-def first_state(job: job_pb2.Job, after_ms: int) -> JobState:
-    """The cursor of a job whose next fire is the first one strictly after ``after_ms``."""
+def first_state(job: job_pb2.Job, after_ms: int, schedule: Schedule | None = None) -> JobState:
+    """The cursor of a job whose next fire is the first one strictly after ``after_ms``.
+
+    ``schedule``: the job's schedule if the caller parsed it already (anchored at its
+    ``created_ms``); parsed here otherwise.
+    """
     if job.paused:
         return JobState()
-    schedule = parse_schedule(job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms)
+    if schedule is None:
+        schedule = parse_schedule(
+            job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms
+        )
     nxt = schedule.next_fire(after_ms)
     if nxt is None:
         return JobState()
@@ -94,28 +101,36 @@ class JobStore:
     # -- create -------------------------------------------------------------------------------
 
     async def create_jobs(
-        self, jobs: Sequence[job_pb2.Job], now_ms: int
+        self,
+        jobs: Sequence[job_pb2.Job],
+        now_ms: int,
+        schedules: Sequence[Schedule] | None = None,
     ) -> list[tuple[job_pb2.Job, bool] | SchedError]:
         """Creates validated jobs (ids assigned); per job (job, created) or the error.
+
+        ``schedules``, when given, are the jobs' parsed schedules, in order (validation parsed
+        them already: a create parses each schedule once).
 
         Idempotent: a job whose (tenant, idempotency key) exists returns the existing job with
         ``created=False`` when the spec is the same, and ALREADY_EXISTS when it differs.
         """
         out: list[tuple[job_pb2.Job, bool] | SchedError] = []
+        parsed: Sequence[Schedule | None] = schedules or [None] * len(jobs)
         for i in range(0, len(jobs), self.batch):
-            out += await self._create_chunk(jobs[i : i + self.batch], now_ms)
+            end = i + self.batch
+            out += await self._create_chunk(jobs[i:end], parsed[i:end], now_ms)
         return out
 
     async def _create_chunk(
-        self, jobs: Sequence[job_pb2.Job], now_ms: int
+        self, jobs: Sequence[job_pb2.Job], schedules: Sequence[Schedule | None], now_ms: int
     ) -> list[tuple[job_pb2.Job, bool] | SchedError]:
         k, o = self.keys, self.ops
         nested: list[Op] = []
         states: list[JobState] = []
         touched: dict[int, list[tuple[str, int, int]]] = {}
-        for job in jobs:
+        for job, schedule in zip(jobs, schedules, strict=True):
             job.partition = self.partition(job.id)
-            state = first_state(job, now_ms - 1)
+            state = first_state(job, now_ms - 1, schedule)
             states.append(state)
             cmps = [o.cmp_create(k.job_key(job.id), 0)]
             ops = [
