@@ -143,13 +143,13 @@ class Harness:
                 await task
         for node in self.nodes:
             with contextlib.suppress(Exception):
-                await node.stop(grace_s=0.5)
+                await node.stop(timeout=2.0)
 
 
 async def restart_node(h: Harness, index: int, *, down_s: float = 0.0, **overrides: Any) -> Node:
     """Stops node ``index`` gracefully, waits ``down_s``, starts a new one on the same data."""
     old = h.nodes[index]
-    await old.stop(grace_s=0.5)
+    await old.stop(timeout=2.0)
     if down_s:
         await asyncio.sleep(down_s)
     cfg = replace(old.config, **overrides)

@@ -131,4 +131,4 @@ async def test_health_is_not_serving_while_etcd_is_lost(tmp_path: Path) -> None:
             )
     finally:
         etcd.kill()
-        await node.stop(grace_s=0.2)
+        await node.stop(timeout=1.0)

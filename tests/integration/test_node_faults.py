@@ -225,7 +225,7 @@ async def test_graceful_stop_gives_claimed_fires_back_before_its_partitions_go(
         what="every fire to be claimed ahead",
     )
     caplog.set_level(logging.INFO, logger="schedd")
-    await node.stop(grace_s=0.5)
+    await node.stop(timeout=2.0)
     h.nodes.clear()
     h.client = None
     assert await etcd.count(runs_prefix, prefix_end(runs_prefix)) == 0

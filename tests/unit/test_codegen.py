@@ -90,7 +90,7 @@ def test_public_faces_are_pinned() -> None:
             "WorkerConfig",
         ]
     )
-    assert sorted(schedd.obs.__all__) == sorted(["MetricsRecorder", "NoopRecorder"])
+    assert sorted(schedd.obs.__all__) == sorted(["Health", "MetricsRecorder", "NoopRecorder"])
     assert {"parse_schedule", "plan_misfires", "Schedule"} <= set(schedd.schedule.__all__)
     for module in (schedd, schedd.client, schedd.worker, schedd.obs, schedd.schedule):
         for name in module.__all__:

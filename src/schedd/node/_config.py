@@ -49,6 +49,8 @@ class NodeConfig:
         compaction_interval_s: how often the node compacts etcd's history (0: never).
         compaction_keep_revisions: how many revisions of history compaction keeps.
         history_ttl_ms: how long finished executions stay in the local history.
+        stop_timeout_s: how long a graceful stop may spend releasing partitions.
+        server_grace_s: how long a graceful stop lets the gRPC server finish its calls.
     """
 
     node_id: str
@@ -76,3 +78,5 @@ class NodeConfig:
     compaction_interval_s: float = 60.0
     compaction_keep_revisions: int = 50_000
     history_ttl_ms: int = 7 * 86_400_000
+    stop_timeout_s: float = 10.0
+    server_grace_s: float = 5.0

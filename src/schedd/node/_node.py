@@ -4,22 +4,27 @@ node = Node(NodeConfig(node_id="n1", etcd=EtcdConfig(("127.0.0.1:2379",))))
 await node.start()      # serving; partitions are claimed in the background
 ...
 await node.stop()       # releases partitions first, so a peer takes over at once
+
+The node itself only wires and runs the roles: :class:`~._partition.Partition` per owned
+partition, the :class:`~._firing.Firer`, the :class:`~._settling.Settler` behind the
+dispatcher, the :class:`~._notify.NotifyWatcher` and the :class:`~._upkeep.StoreUpkeep`. Its
+background loops are supervised: one that fails is logged and restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import SchedError, Unavailable
+from schedd._supervise import supervised
 from schedd.coord import (
     Fence,
     Membership,
@@ -35,21 +40,20 @@ from schedd.node._api import NodeApi
 from schedd.node._config import NodeConfig
 from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions
+from schedd.node._notify import NotifyWatcher
 from schedd.node._partition import Partition
 from schedd.node._servicer import SchedulerServicer
 from schedd.node._settling import Settler
+from schedd.node._upkeep import StoreUpkeep
+from schedd.obs import Health
 from schedd.store import (
-    FIRE,
     KV,
-    DueEntry,
     JobStore,
     Keys,
     PartitionStore,
-    WatchCompacted,
     connect_etcd,
     parse_execution_id,
     partition_of,
-    prefix_end,
 )
 from schedd.v1 import execution_pb2, scheduler_pb2, scheduler_pb2_grpc, worker_pb2
 
@@ -82,7 +86,7 @@ class Node:
         self._ownership: PartitionOwnership | None = None
         self._membership: Membership | None = None
         self._session: Session | None = None
-        self.health = health.HealthServicer()
+        self.health = Health()
 
     # -- start / stop ----------------------------------------------------------------------
 
@@ -108,14 +112,20 @@ class Node:
         self.api = NodeApi(self.jobs, self.history, self, self.clock)
         await self._serve()
         await self.dispatcher.start()
-        self._tasks = [
-            asyncio.create_task(self._coordinate(), name="coordinate"),
-            asyncio.create_task(self._watch_notify(), name="notify"),
-            asyncio.create_task(self._probe_etcd(), name="etcd-probe"),
-        ]
+        self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
+        self.upkeep = StoreUpkeep(self.kv, self.keys, cfg, self.clock, self.health, self.partitions)
+        self._run_supervised("coordinate", self._coordinate)
+        self._run_supervised("notify watch", self.notify.run)
+        self._run_supervised("store probe", self.upkeep.probe)
         if cfg.compaction_interval_s > 0:
-            self._tasks.append(asyncio.create_task(self._compact_loop(), name="compact"))
+            self._run_supervised("compaction", self.upkeep.compact)
         log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
+
+    def _run_supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        task = asyncio.create_task(
+            supervised(name, run, clock=self.clock, stopping=lambda: self._stopping), name=name
+        )
+        self._tasks.append(task)
 
     @property
     def address(self) -> str:
@@ -126,11 +136,11 @@ class Node:
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.api), self.server)
         self.dispatcher.add_to_server(self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.health.add_to_server(self.server)
         names = (
             scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            self.health.service_name,
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, self.server)
@@ -138,33 +148,35 @@ class Node:
         if self.port == 0:
             raise Unavailable(f"cannot listen on {self.config.listen}")
         await self.server.start()
-        self._set_health(True)
+        self.health.set_serving(True)
 
-    def _set_health(self, serving: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", "schedd.v1.Scheduler", "schedd.v1.Worker"):
-            self.health.set(name, status)
+    async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Stops the node; not reusable afterwards.
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Graceful stop: release partitions (peers take over at once), close streams, exit."""
+        Graceful: partitions are released first (claimed fires not yet dispatched are given
+        back, owner keys deleted), so peers take over at once; then streams close and the
+        server drains for up to ``server_grace_s``. Not graceful: nothing is given back; the
+        session is revoked, so the owner keys go with it, and the server stops at once.
+        ``timeout`` (default ``stop_timeout_s``) bounds the release.
+        """
         self._stopping = True
-        if self._ownership is not None:
-            with contextlib.suppress(SchedError, Exception):
-                await asyncio.wait_for(self._ownership.release_all(), 10)
+        timeout = self.config.stop_timeout_s if timeout is None else timeout
+        if graceful and self._ownership is not None:
+            try:
+                await asyncio.wait_for(self._ownership.release_all(), timeout)
+            except (TimeoutError, SchedError) as exc:
+                log.warning("node %s: releasing partitions failed: %s", self.config.node_id, exc)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        reason = "shutdown" if graceful else "stopped"
         for p in self.partitions:
-            await self._lost(p, "shutdown")
+            await self._lost(p, reason)
         await self._close_session()
         await self.dispatcher.close()
-        await self.server.stop(grace_s)
+        await self.server.stop(min(self.config.server_grace_s, timeout) if graceful else 0)
         if self._given_kv is None:
             await self.kv.close()
         self.history.close()
@@ -186,6 +198,12 @@ class Node:
                 await self._one_session()
             except SchedError as exc:
                 log.warning("node %s: coordination failed: %s; retrying", self.config.node_id, exc)
+            except Exception:
+                # Its partitions' fences live on this session, which is closed below: stop
+                # them first, so nothing runs under a fence the node no longer keeps.
+                log.exception("node %s: coordination crashed; starting over", self.config.node_id)
+                for p in self.partitions:
+                    await self._lost(p, "coordination crashed")
             if self._stopping:
                 # The ownership returned because stop() is releasing the partitions: their
                 # give-backs and deletes are fenced by owner keys that live on this session,
@@ -252,91 +270,11 @@ class Node:
         async def release() -> None:
             ownership = self._ownership
             if ownership is not None and partition in ownership.owned():
-                await ownership.release(partition, f"part failed: {reason}")
-            await self._lost(partition, f"part failed: {reason}")
+                await ownership.release(partition, f"runner failed: {reason}")
+            await self._lost(partition, f"runner failed: {reason}")
 
         task = asyncio.get_running_loop().create_task(release())
         self._tasks.append(task)
-
-    # -- watching API changes -----------------------------------------------------------------
-
-    async def _watch_notify(self) -> None:
-        start = self.keys.notify_prefix()
-        while not self._stopping:
-            try:
-                _, rev, _ = await self.kv.range(start, prefix_end(start), limit=1, keys_only=True)
-                async for batch in self.kv.watch(start, prefix_end(start), rev + 1):
-                    for ev in batch.events:
-                        if ev.kind == "put":
-                            p = self.keys.parse_notify_key(ev.kv.key)
-                            self._notified(p, ev.kv.value, ev.kv.mod_revision)
-            except WatchCompacted:
-                for part in list(self.partitions.values()):
-                    self._spawn(part.reload_window())
-            except SchedError as exc:
-                log.warning("notify watch failed: %s; re-watching", exc)
-                await self.clock.sleep(0.5)
-
-    def _notified(self, partition: int, value: bytes, revision: int) -> None:
-        part = self.partitions.get(partition)
-        if part is None:
-            return
-        if value == b"*":
-            self._spawn(part.reload_window())
-            return
-        note = json.loads(value)
-        if note.get("c"):
-            part.add_created(
-                [
-                    DueEntry(partition, due, job_id, FIRE, sched, revision)
-                    for job_id, due, sched in note["c"]
-                ]
-            )
-        if note.get("u"):
-            self._spawn(part.reconcile(note["u"]))
-
-    def _spawn(self, coro: object) -> None:
-        async def guarded() -> None:
-            try:
-                await coro  # type: ignore[misc]
-            except SchedError as exc:
-                log.warning("reconcile failed: %s", exc)
-
-        task = asyncio.get_running_loop().create_task(guarded())
-        self._tasks.append(task)
-        self._tasks = [t for t in self._tasks if not t.done() or t is task]
-
-    # -- housekeeping -------------------------------------------------------------------------
-
-    async def _probe_etcd(self) -> None:
-        serving = True
-        while True:
-            try:
-                await self.kv.get(self.keys.meta_key())
-                ok = True
-            except Unavailable:
-                ok = False
-            if ok != serving:
-                log.warning("etcd %s", "reachable again" if ok else "unreachable: NOT_SERVING")
-                self._set_health(ok)
-                serving = ok
-            await self.clock.sleep(2.0)
-
-    async def _compact_loop(self) -> None:
-        """Compacts etcd's MVCC history so it does not grow forever (keeps recent revisions)."""
-        while True:
-            await self.clock.sleep(self.config.compaction_interval_s)
-            if 0 not in self.partitions:
-                continue  # one node does it: the owner of partition 0
-            try:
-                _, rev, _ = await self.kv.range(
-                    self.keys.meta_key(), prefix_end(self.keys.meta_key()), limit=1
-                )
-                target = rev - self.config.compaction_keep_revisions
-                if target > 0:
-                    await self.kv.compact(target)
-            except SchedError as exc:
-                log.warning("compaction failed: %s", exc)
 
     # -- LiveView for the API -----------------------------------------------------------------
 

@@ -244,7 +244,7 @@ class Partition:
         while True:
             try:
                 if self._reload_wanted:
-                    await self.reload_window()
+                    await self._reload_window()
                 if self._doubted or self._orphans:
                     await self._settle_doubts()
                 await self._claim_round()
@@ -456,13 +456,14 @@ class Partition:
             and r.state != execution_pb2.EXECUTION_RETRY_WAIT
         ]
 
-    async def reload_window(self) -> None:
-        """Re-reads the whole window (after a large batch of API changes or a compacted watch).
-
-        If the read fails, the claim loop tries again before its next round.
-        """
-        now = self.clock.now_ms()
+    def request_reload(self) -> None:
+        """Asks for the whole window to be read again (after a large batch of API changes or
+        a notify watch that missed changes); the claim loop does it before its next round."""
         self._reload_wanted = True
+        self._wake.set()
+
+    async def _reload_window(self) -> None:
+        now = self.clock.now_ms()
         entries, _ = await self.store.load_due(now + self.config.window_ms)
         self._reload_wanted = False
         async with self.lock:

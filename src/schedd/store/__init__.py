@@ -20,6 +20,7 @@ from schedd.store._keys import (
     parse_execution_id,
     partition_of,
 )
+from schedd.store._notify import NOTIFY_MAX_IDS, Notice
 from schedd.store._owner import Item, JobView, PartitionStore
 from schedd.store._records import (
     FIRE,
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "FIRE",
     "KV",
+    "NOTIFY_MAX_IDS",
     "RUN",
     "Compare",
     "DueEntry",
@@ -65,6 +67,7 @@ __all__ = [
     "KeyValueView",
     "Keys",
     "MemoryKV",
+    "Notice",
     "Op",
     "OpBuilder",
     "PartitionKeys",

@@ -7,7 +7,6 @@ API changes, never for their own claims) and re-read the named jobs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 from schedd._errors import (
@@ -21,6 +20,7 @@ from schedd._errors import (
 from schedd.model import same_spec
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule
 from schedd.store._keys import Keys, parse_execution_id, partition_of
+from schedd.store._notify import Notice
 from schedd.store._records import (
     FIRE,
     RUN,
@@ -35,8 +35,6 @@ from schedd.store._types import KeyValue, prefix_end
 from schedd.store.abc import KV, Compare, Op, OpBuilder
 from schedd.v1 import execution_pb2, job_pb2
 
-#: A notify value listing more ids than this says "*": the owner reloads its whole window.
-NOTIFY_MAX_IDS = 200
 #: Pending executions due later than now + this are removed by update, pause and delete;
 #: earlier ones may already be on a worker and are left to finish.
 IN_FLIGHT_MARGIN_MS = 500
@@ -68,21 +66,12 @@ def _notify(
     changed: dict[int, list[str]],
     created: dict[int, list[tuple[str, int, int]]] | None = None,
 ) -> list[Op]:
-    """Puts ``notify/{p}``: ``{"u": [changed ids], "c": [[id, due_ms, sched_ms], ...]}``.
-
-    Created jobs carry their first due entry, so the owner adds it without reading anything
-    (the entry's mod revision is the notify event's). Too many changed ids become ``"*"``.
-    """
-    out: list[Op] = []
+    """Puts ``notify/{p}`` for every partition touched (the format: :class:`Notice`)."""
     created = created or {}
-    for p in sorted(set(changed) | set(created)):
-        ids = changed.get(p, [])
-        if len(ids) > NOTIFY_MAX_IDS:
-            value = "*"
-        else:
-            value = json.dumps({"u": ids, "c": created.get(p, [])}, separators=(",", ":"))
-        out.append(ops.put(keys.notify_key(p), value.encode()))
-    return out
+    return [
+        ops.put(keys.notify_key(p), Notice(changed.get(p, []), created.get(p, [])).encode())
+        for p in sorted(set(changed) | set(created))
+    ]
 
 
 class JobStore:

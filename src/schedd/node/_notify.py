@@ -1,0 +1,70 @@
+"""The node's watch of ``notify/``: API changes reach the owners of the partitions they touch.
+
+Each API transaction writes ``notify/{p}`` (:class:`~schedd.store.Notice`). Every node watches
+the whole prefix (one stream; events only for partitions it owns matter). Created jobs' first
+due entries go straight into the owner's window; changed jobs are doubted, so the partition's
+claim loop re-reads them; "everything", or a watch whose start was compacted away, makes the
+partitions reload their windows.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from schedd._clock import Clock
+from schedd._errors import SchedError
+from schedd.node._live import OwnedPartitions
+from schedd.store import KV, Keys, Notice, WatchCompacted, prefix_end
+
+log = logging.getLogger(__name__)
+
+
+class NotifyWatcher:
+    """Routes notices from the store to the partitions this node runs."""
+
+    def __init__(self, kv: KV, keys: Keys, partitions: OwnedPartitions, clock: Clock) -> None:
+        self.kv = kv
+        self.keys = keys
+        self.partitions = partitions
+        self.clock = clock
+
+    async def run(self) -> None:
+        """Watches until cancelled; a broken watch is re-established from a fresh read."""
+        start = self.keys.notify_prefix()
+        end = prefix_end(start)
+        while True:
+            try:
+                _, rev, _ = await self.kv.range(start, end, limit=1, keys_only=True)
+                async for batch in self.kv.watch(start, end, rev + 1):
+                    for ev in batch.events:
+                        if ev.kind == "put":
+                            p = self.keys.parse_notify_key(ev.kv.key)
+                            self.notified(p, ev.kv.value, ev.kv.mod_revision)
+            except WatchCompacted:
+                # Changes may have been missed: every partition reads its window again.
+                for part in self.partitions.values():
+                    part.request_reload()
+            except SchedError as exc:
+                log.warning("notify watch failed: %s; watching again", exc)
+                await self.clock.sleep(0.5)
+
+    def notified(self, partition: int, value: bytes, revision: int) -> None:
+        """One notice for ``partition`` (ignored unless this node runs it)."""
+        part = self.partitions.get(partition)
+        if part is None:
+            return
+        try:
+            notice = Notice.decode(value)
+        except ValueError as exc:
+            log.warning(
+                "partition %d: unreadable notice (%s); reloading its window", partition, exc
+            )
+            part.request_reload()
+            return
+        if notice.everything:
+            part.request_reload()
+            return
+        if notice.created:
+            part.add_created(notice.created_entries(partition, revision))
+        if notice.changed:
+            part.doubt(notice.changed)

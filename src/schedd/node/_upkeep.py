@@ -1,0 +1,67 @@
+"""A node's upkeep of its store: the reachability probe behind its health, and compaction."""
+
+from __future__ import annotations
+
+import logging
+
+from schedd._clock import Clock
+from schedd._errors import SchedError, Unavailable
+from schedd.node._config import NodeConfig
+from schedd.node._live import OwnedPartitions
+from schedd.obs import Health
+from schedd.store import KV, Keys, prefix_end
+
+log = logging.getLogger(__name__)
+
+
+class StoreUpkeep:
+    """Probes the store every 2 s (health follows it) and compacts its history.
+
+    Compaction keeps ``compaction_keep_revisions`` revisions so watches and in-flight reads
+    that start from a recent revision still work; one node does it (the owner of
+    partition 0), every ``compaction_interval_s``.
+    """
+
+    def __init__(
+        self,
+        kv: KV,
+        keys: Keys,
+        config: NodeConfig,
+        clock: Clock,
+        health: Health,
+        partitions: OwnedPartitions,
+    ) -> None:
+        self.kv = kv
+        self.keys = keys
+        self.config = config
+        self.clock = clock
+        self.health = health
+        self.partitions = partitions
+
+    async def probe(self) -> None:
+        """Sets health SERVING while the store answers, NOT_SERVING while it does not."""
+        while True:
+            try:
+                await self.kv.get(self.keys.meta_key())
+                ok = True
+            except Unavailable:
+                ok = False
+            if ok != self.health.serving:
+                log.warning("store %s", "reachable again" if ok else "unreachable: NOT_SERVING")
+                self.health.set_serving(ok)
+            await self.clock.sleep(2.0)
+
+    async def compact(self) -> None:
+        """Compacts the store's history so it does not grow forever (keeps recent revisions)."""
+        while True:
+            await self.clock.sleep(self.config.compaction_interval_s)
+            if 0 not in self.partitions:
+                continue  # one node does it: the owner of partition 0
+            try:
+                meta = self.keys.meta_key()
+                _, rev, _ = await self.kv.range(meta, prefix_end(meta), limit=1)
+                target = rev - self.config.compaction_keep_revisions
+                if target > 0:
+                    await self.kv.compact(target)
+            except SchedError as exc:
+                log.warning("compaction failed: %s", exc)
