@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
 from schedd.store import KV, KeyValue, WatchBatch, WatchCompacted, prefix_end
 
@@ -31,8 +32,11 @@ class PrefixMirror:
         retry_s: pause before re-listing after etcd was unavailable.
     """
 
-    def __init__(self, kv: KV, prefix: bytes, *, retry_s: float = 0.5) -> None:
+    def __init__(
+        self, kv: KV, prefix: bytes, *, retry_s: float = 0.5, clock: Clock | None = None
+    ) -> None:
         self._kv = kv
+        self._clock: Clock = clock or SystemClock()
         self.prefix = prefix
         self._retry_s = retry_s
         self.items: dict[bytes, KeyValue] = {}
@@ -81,12 +85,12 @@ class PrefixMirror:
                 )
             except Unavailable as exc:
                 log.warning("watch on %r broke: %s; re-listing", self.prefix, exc)
-                await asyncio.sleep(self._retry_s)
+                await self._clock.sleep(self._retry_s)
             try:
                 await self._relist()
             except Unavailable as exc:
                 log.warning("re-list of %r failed: %s", self.prefix, exc)
-                await asyncio.sleep(self._retry_s)
+                await self._clock.sleep(self._retry_s)
 
     def _apply(self, batch: WatchBatch) -> None:
         for ev in batch.events:

@@ -10,6 +10,7 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument, Unavailable
 from schedd.coord._membership import Membership
 from schedd.coord._mirror import PrefixMirror
@@ -116,15 +117,17 @@ class PartitionOwnership:
         *,
         on_acquired: OnAcquired,
         on_lost: OnLost,
+        clock: Clock | None = None,
     ) -> None:
         self._kv = kv
+        self._clock: Clock = clock or SystemClock()
         self._keys = keys
         self._session = session
         self._membership = membership
         self.config = config
         self._on_acquired = on_acquired
         self._on_lost = on_lost
-        self._mirror = PrefixMirror(kv, keys.owners_prefix())
+        self._mirror = PrefixMirror(kv, keys.owners_prefix(), clock=self._clock)
         self._owned: dict[int, Fence] = {}
         self._undeleted: dict[int, Fence] = {}  # released, but the delete did not get through
         self._wake = asyncio.Event()
@@ -173,11 +176,10 @@ class PartitionOwnership:
         waits = [
             asyncio.ensure_future(self._wake.wait()),
             asyncio.ensure_future(self._session.done.wait()),
+            asyncio.ensure_future(self._clock.sleep(self.config.rebalance_interval_s)),
         ]
         try:
-            await asyncio.wait(
-                waits, timeout=self.config.rebalance_interval_s, return_when="FIRST_COMPLETED"
-            )
+            await asyncio.wait(waits, return_when="FIRST_COMPLETED")
         finally:
             for w in waits:
                 w.cancel()
@@ -187,6 +189,7 @@ class PartitionOwnership:
             await self._mirror.start()
         await self._retry_deletes()
         await self._drop_fenced_out()
+        await self._adopt_unanswered_claims()
         verdict = self._clock_verdict()
         if verdict == "bad":
             await self._membership.set_eligible(False)
@@ -299,6 +302,23 @@ class PartitionOwnership:
             await self._kv.txn([], ops)
             for f in chunk:
                 self._undeleted.pop(f.partition, None)
+
+    async def _adopt_unanswered_claims(self) -> None:
+        """Owner keys of this session that this node does not know it holds: a claim whose
+        answer was lost (etcd applied it, the reply never came). They are this node's (its
+        lease), so it takes them up rather than leave them owned by nobody until the session
+        ends."""
+        lease = self._session.lease_id
+        for key, kv in sorted(self._mirror.items.items()):
+            if kv.lease != lease or kv.value != self.node_id.encode():
+                continue
+            p = self._keys.parse_owner_key(key)
+            if p in self._owned or p in self._undeleted:
+                continue
+            fence = Fence(p, key, kv.create_revision)
+            self._owned[p] = fence
+            log.warning("node %s: adopting partition %d (claim answer lost)", self.node_id, p)
+            await self._acquired(fence)
 
     async def _drop_fenced_out(self) -> None:
         """Reports partitions whose owner key vanished or was re-created by someone else."""

@@ -227,6 +227,7 @@ class Node:
             OwnershipConfig(cfg.partitions, max_clock_skew_ms=cfg.max_clock_skew_ms),
             on_acquired=self._acquired,
             on_lost=self._lost,
+            clock=self.clock,
         )
         await self._ownership.run()
 

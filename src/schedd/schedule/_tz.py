@@ -123,8 +123,3 @@ def segment_at(tz: str, t: int) -> Segment:
     start = bounds[i]
     prev_off = offs[i - 1] if i > 0 else offset_at(tz, start - 1)
     return Segment(start, bounds[i + 1], offs[i], prev_off)
-
-
-def year_of(t: int) -> int:
-    """UTC year of second ``t``."""
-    return datetime.fromtimestamp(t, UTC).year
