@@ -45,7 +45,7 @@ from schedd.node._partition import Partition
 from schedd.node._servicer import SchedulerServicer
 from schedd.node._settling import Settler
 from schedd.node._upkeep import StoreUpkeep
-from schedd.obs import Health
+from schedd.obs import Health, MetricsRecorder, NoopRecorder
 from schedd.store import (
     KV,
     JobStore,
@@ -72,9 +72,16 @@ class Node:
     """One scheduler node. Not reusable after :meth:`stop`."""
 
     def __init__(
-        self, config: NodeConfig, *, clock: Clock | None = None, kv: KV | None = None
+        self,
+        config: NodeConfig,
+        *,
+        clock: Clock | None = None,
+        kv: KV | None = None,
+        recorder: MetricsRecorder | None = None,
     ) -> None:
         self.config = config
+        #: Where the node's roles report what happens (metrics); records nothing by default.
+        self.recorder: MetricsRecorder = recorder or NoopRecorder()
         # The store; None: connect to etcd (config.etcd) at start, and close it at stop.
         self._given_kv = kv
         self.clock: Clock = clock or SystemClock()
@@ -102,7 +109,9 @@ class Node:
         self.history.prune(self.clock.now_ms())
         self.partitions = OwnedPartitions(cfg.partitions)
         self.firer = Firer(cfg, self.clock, self.history)
-        self.settler = Settler(cfg, self.clock, self.history, self.partitions, self.firer)
+        self.settler = Settler(
+            cfg, self.clock, self.history, self.partitions, self.firer, recorder=self.recorder
+        )
         dcfg = DispatchConfig(
             heartbeat_interval_ms=cfg.heartbeat_interval_ms, lease_timeout_ms=cfg.lease_timeout_ms
         )
@@ -233,8 +242,12 @@ class Node:
 
     async def _acquired(self, fence: Fence) -> None:
         store = PartitionStore(self.kv, self.keys, fence, max_items=self.config.txn_items)
-        part = Partition(store, self.config, self.clock, self.history, self.firer, self)
+        part = Partition(
+            store, self.config, self.clock, self.history, self.firer, self, recorder=self.recorder
+        )
         self.partitions.add(part)
+        self.recorder.ownership_changed()
+        self.recorder.partitions_owned(len(self.partitions))
         try:
             await part.start()
         except SchedError:
@@ -251,6 +264,8 @@ class Node:
             if given_back:
                 log.info("partition %d: gave back %d claimed fires", partition, given_back)
         self.partitions.remove(partition)
+        self.recorder.ownership_changed()
+        self.recorder.partitions_owned(len(self.partitions))
         ids = await part.stop()
         self.dispatcher.forget(ids)
         for eid in ids:

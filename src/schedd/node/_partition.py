@@ -27,6 +27,7 @@ from schedd.node._config import NodeConfig
 from schedd.node._live import Firing, Live, PartitionEvents
 from schedd.node._pacing import ClaimPacer
 from schedd.node._window import DueWindow
+from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.store import FIRE, DueEntry, JobView, PartitionStore, StoredJob, parse_execution_id
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2
@@ -50,6 +51,8 @@ class Partition:
         history: History,
         firing: Firing,
         events: PartitionEvents,
+        *,
+        recorder: MetricsRecorder | None = None,
     ) -> None:
         self.store = store
         self.partition = store.partition
@@ -58,6 +61,7 @@ class Partition:
         self.history = history
         self.firing = firing
         self.events = events
+        self.recorder: MetricsRecorder = recorder or NoopRecorder()
         self.planner = ClaimPlanner(store, config.grace_ms)
         self.window = DueWindow()
         self.jobs: dict[str, StoredJob] = {}
@@ -380,6 +384,7 @@ class Partition:
             self.history.record(claim.missed)
             for ex in claim.missed:
                 log.info("execution %s missed: %s", ex.id, ex.reason)
+                self.recorder.missed(ex.reason)
         state = claim.next_state
         if state is None:
             return

@@ -26,6 +26,7 @@ from schedd.node._config import NodeConfig
 from schedd.node._firing import Firer
 from schedd.node._live import Live, OwnedPartitions
 from schedd.node._partition import Partition
+from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.schedule import retry_backoff_ms
 from schedd.store import RUN, DueEntry, Item, parse_execution_id
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
@@ -62,6 +63,7 @@ class Settler:
         firer: Firer,
         *,
         rng: random.Random | None = None,
+        recorder: MetricsRecorder | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -69,6 +71,7 @@ class Settler:
         self._partitions = partitions
         self.firer = firer
         self.rng = rng or random.Random()
+        self.recorder: MetricsRecorder = recorder or NoopRecorder()
 
     async def on_started(self, worker_id: str, started: list[worker_pb2.Started]) -> None:
         for s in started:
@@ -278,6 +281,7 @@ class Settler:
         elif d.final is not None:
             d.final.fencing_token = d.live.ex.fencing_token
             finished.append(d.final)
+            self.recorder.dead_lettered()
         if d.retry_due_ms:
             partition.add_due(
                 DueEntry(
