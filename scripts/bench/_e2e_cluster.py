@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -24,7 +25,8 @@ from schedd.store import KV, EtcdConfig, connect_etcd, prefix_end
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SCHEDD_BIN = REPO / ".venv" / "bin" / "schedd"
+#: ``schedd`` of the interpreter running the benchmark (whatever venv or install it is).
+SCHEDD = [sys.executable, "-m", "schedd.cli.schedd_main"]
 PREFIX = b"/schedd/v1/"
 PARTITIONS = 16
 NODE_ID = "bench"
@@ -147,7 +149,7 @@ class Cluster:
         self.children.etcds.append(self.etcd)
         self.etcd.start()
         self.node = self.children.spawn(
-            [str(SCHEDD_BIN), "--log-level", "warning", "node", "--etcd", self.etcd.endpoint,
+            [*SCHEDD, "--log-level", "warning", "node", "--etcd", self.etcd.endpoint,
              "--listen", self.address, "--node-id", NODE_ID, "--data-dir", str(self.root / "node"),
              "--partitions", str(PARTITIONS)],
             self.root / "node.log",
@@ -155,7 +157,7 @@ class Cluster:
         env = dict(os.environ, E2E_RECORD=str(self.record), E2E_JITTER_MS=str(self.jitter_ms))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
         self.worker = self.children.spawn(
-            [str(SCHEDD_BIN), "--log-level", "warning", "worker", "--connect", self.address,
+            [*SCHEDD, "--log-level", "warning", "worker", "--connect", self.address,
              "--import", "_e2e_handlers", "--worker-id", "bench-worker",
              "--capacity", str(self.capacity), "--prefetch", str(self.prefetch),
              "--data-dir", str(self.root / "worker")],

@@ -1,22 +1,20 @@
 """Garbage-collector settings for the long-running processes (``schedd node``, ``worker``).
 
 A node holds one object graph per job and per execution in its window, and a burst allocates
-hundreds of thousands of short-lived protobuf wrappers; with CPython's default thresholds
-(a young collection every 700 allocations, an older one every 10 of those) the collector ran
-600-700 times and paused each process for ~0.3 s in total during a 10k burst (measured with
-``gc.callbacks``). Almost nothing these processes allocate forms reference cycles, so
-collecting less often costs little memory. A young collection walks what was allocated since
-the last one, so the threshold also bounds each pause: at 50,000 single pauses reached 58 ms,
-at 10,000 they stay under ~10 ms (spread load, p99 lateness 24 -> 10 ms).
+hundreds of thousands of short-lived protobuf wrappers; with CPython's default thresholds (a
+young collection every 700 allocations) the collector runs hundreds of times in a burst and
+its pauses add up to a large share of the burst's lateness. Almost nothing these processes
+allocate forms reference cycles, so collecting less often costs little memory. A young
+collection walks what was allocated since the last one, so the threshold also bounds each
+pause: :data:`GEN0_THRESHOLD` is the compromise between few collections and short ones.
 
 Claimed executions break the generational assumption on purpose: they are made seconds before
-their fire and all live until it, so during a 100k burst every middle-generation collection
-walked them again (up to 130 ms per pause, ~1 s in all), and under a steady load the older
-generations' collections paused 10-20 ms every second or two. After each claim round the node
-therefore *freezes* what is alive (:func:`freeze_survivors`; O(1)): frozen objects are still freed
-by reference counting as usual, only the cycle collector stops walking them. Cyclic garbage
-that was frozen is reclaimed when :func:`thaw` (every few minutes) hands everything back to the
-oldest generation.
+their fire and all live until it, so every middle- or old-generation collection would walk
+them again. After each claim round the node therefore *freezes* what is alive
+(:func:`freeze_survivors`; O(1)): frozen objects are still freed by reference counting as
+usual, only the cycle collector stops walking them. Cyclic garbage that was frozen is
+reclaimed when :func:`thaw` (every few minutes) hands everything back to the oldest
+generation. The measurements behind both choices are in docs/performance.md.
 
 Only processes that called :func:`tune_gc` (the CLI commands) freeze; a program embedding a
 node keeps its own collector settings.
