@@ -482,7 +482,7 @@ class Dispatcher:
         while active:
             still: list[tuple[Any, list[WorkerSession]]] = []
             for route, eligible in active:
-                session = least_loaded(eligible, lambda s: True)
+                session = least_loaded(eligible)
                 if session is None:
                     continue
                 d = self._pending.pop(route)
