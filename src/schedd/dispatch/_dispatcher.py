@@ -14,6 +14,7 @@ from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument
 from schedd.dispatch._config import DispatchConfig, DispatchStats, ExecutionAuthority, InFlight
 from schedd.dispatch._pending import PendingDispatches, accepts, route_of
+from schedd.dispatch._servicer import WorkerStreamServicer
 from schedd.dispatch._session import WorkerSession, least_loaded
 from schedd.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
 
@@ -78,8 +79,6 @@ class Dispatcher:
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         """Register the Worker service on ``server`` (create it with KEEPALIVE_SERVER_OPTIONS)."""
-        from schedd.dispatch._servicer import WorkerStreamServicer
-
         worker_pb2_grpc.add_WorkerServicer_to_server(WorkerStreamServicer(self), server)
 
     def submit(self, dispatches: Sequence[worker_pb2.Dispatch]) -> None:
@@ -236,6 +235,7 @@ class Dispatcher:
             await asyncio.wait(list(self._tasks), timeout=5.0)
 
     def welcome(self) -> worker_pb2.Welcome:
+        """The Welcome that answers a Hello: the node's id, pacing and clock reading."""
         return worker_pb2.Welcome(
             node_id=self.node_id,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
