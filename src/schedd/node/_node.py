@@ -163,7 +163,7 @@ class Node:
         for p in self.partitions:
             await self._lost(p, "shutdown")
         await self._close_session()
-        await self.dispatcher.close()
+        await self.dispatcher.stop()
         await self.server.stop(grace_s)
         if self._given_kv is None:
             await self.kv.close()
