@@ -31,8 +31,9 @@ class DispatchConfig:
             item was queued.
         reap_interval_ms: How often the reaper looks for expired leases (on the injected clock).
         settle_defer_ms: While dispatches wait for credits of a connected worker that may take
-            them (a burst), results are settled at most this much later: dispatching goes
-            first, and the deferred results are then settled in one larger round.
+            them (a burst), results are settled at most this much later (on the injected
+            clock): dispatching goes first, and the deferred results are then settled in one
+            larger round.
         stop_settle_timeout_ms: A graceful :meth:`Dispatcher.stop` waits at most this long
             for the results already received to be settled (their acks go out before the
             streams end); what is left is redelivered by the workers.
