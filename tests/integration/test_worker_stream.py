@@ -139,7 +139,7 @@ async def make_node() -> AsyncIterator[NodeFactory]:
 
     yield make
     for server, dispatcher in made:
-        await dispatcher.close()
+        await dispatcher.stop()
         await server.stop(grace=0.5)
 
 

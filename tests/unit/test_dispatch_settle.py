@@ -85,7 +85,7 @@ async def test_results_wait_while_a_worker_can_take_waiting_dispatches() -> None
         assert auth.calls == [["a"], ["b", "c"]]
         assert d.pending_count() == 0
     finally:
-        await d.close()
+        await d.stop()
 
 
 async def test_results_wait_no_longer_than_settle_defer_ms() -> None:
@@ -97,7 +97,7 @@ async def test_results_wait_no_longer_than_settle_defer_ms() -> None:
         assert auth.calls == [["b"]]
         assert d.pending_count() == 1
     finally:
-        await d.close()
+        await d.stop()
 
 
 async def test_an_unservable_backlog_does_not_hold_results() -> None:
@@ -108,7 +108,7 @@ async def test_an_unservable_backlog_does_not_hold_results() -> None:
         await asyncio.wait_for(auth.called.wait(), 5)
         assert auth.calls == [["b"]]
     finally:
-        await d.close()
+        await d.stop()
 
 
 async def test_a_result_is_reported_at_once_though_its_settling_waits() -> None:
@@ -127,4 +127,4 @@ async def test_a_result_is_reported_at_once_though_its_settling_waits() -> None:
         await asyncio.sleep(0.05)
         assert auth.calls == []  # ...while its settling waits behind the backlog
     finally:
-        await d.close()
+        await d.stop()

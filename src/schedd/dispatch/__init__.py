@@ -9,6 +9,8 @@ executions as they fire::
     dispatcher.add_to_server(server)
     await server.start(); await dispatcher.start()
     dispatcher.submit([worker_pb2.Dispatch(execution_id="e1", fencing_token=7, ...)])
+    ...
+    await dispatcher.stop()  # settles what arrived, then ends every stream
 """
 
 from schedd.dispatch._config import (

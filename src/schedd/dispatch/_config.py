@@ -31,8 +31,16 @@ class DispatchConfig:
             item was queued.
         reap_interval_ms: How often the reaper looks for expired leases (on the injected clock).
         settle_defer_ms: While dispatches wait for credits of a connected worker that may take
-            them (a burst), results are settled at most this much later: dispatching goes
-            first, and the deferred results are then settled in one larger round.
+            them (a burst), results are settled at most this much later (on the injected
+            clock): dispatching goes first, and the deferred results are then settled in one
+            larger round.
+        stop_settle_timeout_ms: A graceful :meth:`Dispatcher.stop` waits at most this long
+            for the results already received to be settled (their acks go out before the
+            streams end); what is left is redelivered by the workers.
+        stop_reports_timeout_ms: A graceful :meth:`Dispatcher.stop` then waits at most this
+            long for loss reports under way (:meth:`ExecutionAuthority.on_lost`) to finish.
+        restart_delay_ms: A background loop (the lease reaper, the result settler) that fails
+            is logged and started again after this long (on the injected clock).
     """
 
     heartbeat_interval_ms: int = 2000
@@ -41,6 +49,9 @@ class DispatchConfig:
     flush_interval_ms: int = 2
     reap_interval_ms: int = 250
     settle_defer_ms: int = 2000
+    stop_settle_timeout_ms: int = 2000
+    stop_reports_timeout_ms: int = 5000
+    restart_delay_ms: int = 100
 
 
 @dataclass

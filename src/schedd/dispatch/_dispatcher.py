@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-import grpc
 import grpc.aio
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument
 from schedd.dispatch._config import DispatchConfig, DispatchStats, ExecutionAuthority, InFlight
+from schedd.dispatch._loss import LossReports
 from schedd.dispatch._pending import PendingDispatches, accepts, route_of
+from schedd.dispatch._result_settler import ResultSettler
+from schedd.dispatch._servicer import WorkerStreamServicer
 from schedd.dispatch._session import WorkerSession, least_loaded
+from schedd.dispatch._supervision import SupervisedLoop, guarded
+from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 _DEFAULT_CONFIG = DispatchConfig()
+_NOOP_RECORDER = NoopRecorder()
 
 REASON_DISCONNECTED = "worker disconnected"
 REASON_LEASE_EXPIRED = "lease expired"
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 
 
 class Dispatcher:
@@ -43,7 +46,10 @@ class Dispatcher:
           worker that asked for prefetch, each with one of its prefetch credits; their lease
           runs from the instant, not from the send.
 
-    All methods must be called on the event loop the gRPC server runs on.
+    Lifecycle: :meth:`start` starts the lease reaper and the result settler, both supervised
+    (a failure is logged with its traceback and the loop restarted after
+    ``restart_delay_ms``); :meth:`stop` ends dispatching, settles what arrived (if graceful)
+    and ends every stream. All methods must be called on the event loop the gRPC server runs on.
     """
 
     def __init__(
@@ -53,10 +59,22 @@ class Dispatcher:
         *,
         config: DispatchConfig = _DEFAULT_CONFIG,
         clock: Clock | None = None,
+        recorder: MetricsRecorder = _NOOP_RECORDER,
     ) -> None:
+        """Create a dispatcher; nothing runs until :meth:`start`.
+
+        Args:
+            node_id: This node's id, sent to workers in Welcome.
+            authority: Token checks, settling and what happens after a loss.
+            config: Pacing, leases and timeouts.
+            clock: Every reading and wait of the dispatcher's goes through it.
+            recorder: Where metrics go. The recorder's protocol has no dispatch event yet, so
+                none is reported: a dispatch metric is a new recorder method, called here.
+        """
         self.node_id = node_id
         self.config = config
         self.stats = DispatchStats()
+        self.recorder = recorder
         self._authority = authority
         self._clock: Clock = clock or SystemClock()
         self._sessions: dict[int, WorkerSession] = {}
@@ -65,21 +83,20 @@ class Dispatcher:
         self._in_flight: dict[str, InFlight] = {}
         self._session_of: dict[str, WorkerSession] = {}
         self._pump_scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._reaper: asyncio.Task[None] | None = None
+        self._losses = LossReports(authority, self.stats, self._clock)
         self._closed = False
-        # Results waiting to be settled, in arrival order; one settler drains them in batches.
-        self._unsettled: list[tuple[WorkerSession, list[worker_pb2.Result]]] = []
-        self._settle_wake: asyncio.Event | None = None
-        self._settler: asyncio.Task[None] | None = None
-        self._settling = False
+        restart_s = config.restart_delay_ms / 1000.0
+        self._reaper = SupervisedLoop(
+            "schedd-dispatch-reaper", self._reap_loop, self._clock, restart_s
+        )
+        self._settler = ResultSettler(
+            authority, self._servable_backlog, config=config, clock=self._clock
+        )
 
     # ---- public API -------------------------------------------------------------------------
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         """Register the Worker service on ``server`` (create it with KEEPALIVE_SERVER_OPTIONS)."""
-        from schedd.dispatch._servicer import WorkerStreamServicer
-
         worker_pb2_grpc.add_WorkerServicer_to_server(WorkerStreamServicer(self), server)
 
     def submit(self, dispatches: Sequence[worker_pb2.Dispatch]) -> None:
@@ -204,38 +221,53 @@ class Dispatcher:
             out.append(s.status(self.node_id, held))
         return out
 
+    @property
+    def restarts(self) -> int:
+        """How many times a background loop (reaper, settler) failed and was restarted."""
+        return self._reaper.restarts + self._settler.supervisor.restarts
+
     async def start(self) -> None:
-        """Start the lease reaper and the result settler."""
-        if self._reaper is None:
-            self._reaper = asyncio.create_task(self._reap_loop(), name="schedd-dispatch-reaper")
-        self._ensure_settler()
+        """Start the lease reaper and the result settler (a no-op for one already running)."""
+        if self._closed:
+            return
+        self._reaper.start()
+        self._settler.start()
         self._schedule_pump()
 
-    async def close(self) -> None:
-        """Stop the reaper and end every stream (workers reconnect elsewhere).
+    async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Stop dispatching and end every stream (workers reconnect elsewhere). Idempotent.
 
-        No on_lost callbacks are made for what is in flight: the node is going away and the
-        partitions' next owner re-tokens them.
+        The pump and the lease reaper stop at once. No on_lost callbacks are made for
+        what is in flight: the node is going away and the partitions' next owner re-tokens
+        them.
+
+        Args:
+            graceful: Settle the results already received first (their acks go out before the
+                streams end; at most ``stop_settle_timeout_ms``), and after ending the streams
+                let loss reports under way finish (at most ``stop_reports_timeout_ms``). If
+                False, neither: unsettled results are redelivered by their workers, loss
+                reports under way are cancelled.
+            timeout: If given, the most seconds (on the clock) a graceful stop waits in all,
+                instead of the config's two bounds.
         """
         self._closed = True
-        if self._reaper is not None:
-            self._reaper.cancel()
-            await asyncio.gather(self._reaper, return_exceptions=True)
-            self._reaper = None
-        if self._settler is not None:
-            for _ in range(200):  # settle what arrived (up to 2 s): its acks go out first
-                if not self._unsettled and not self._settling:
-                    break
-                await asyncio.sleep(0.01)
-            self._settler.cancel()
-            await asyncio.gather(self._settler, return_exceptions=True)
-            self._settler = None
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        await self._reaper.stop()
+        if graceful:
+            await self._settler.drain(self._wait_s(deadline, self.config.stop_settle_timeout_ms))
+        await self._settler.stop()
         for s in list(self._sessions.values()):
             s.end()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5.0)
+        wait_s = self._wait_s(deadline, self.config.stop_reports_timeout_ms) if graceful else 0
+        await self._losses.finish(wait_s)
+
+    def _wait_s(self, deadline: float | None, bound_ms: int) -> float:
+        if deadline is None:
+            return bound_ms / 1000.0
+        return max(0.0, deadline - self._clock.monotonic())
 
     def welcome(self) -> worker_pb2.Welcome:
+        """The Welcome that answers a Hello: the node's id, pacing and clock reading."""
         return worker_pb2.Welcome(
             node_id=self.node_id,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
@@ -254,7 +286,7 @@ class Dispatcher:
                     f.dispatch.execution_id, f.dispatch.fencing_token, REASON_LEASE_EXPIRED
                 )
         if expired:
-            await self._report_lost(expired, REASON_LEASE_EXPIRED)
+            await self._losses.report(expired, REASON_LEASE_EXPIRED)
         return expired
 
     # ---- used by the servicer ---------------------------------------------------------------
@@ -294,7 +326,7 @@ class Dispatcher:
                 lost.append(dropped[1])
         log.info("worker %s disconnected, %d in flight lost", session.worker_id, len(lost))
         if lost and not self._closed:
-            self._spawn(self._report_lost(lost, REASON_DISCONNECTED))
+            self._losses.report_soon(lost, REASON_DISCONNECTED)
 
     async def handle_batch(self, session: WorkerSession, batch: worker_pb2.WorkerBatch) -> None:
         """Apply one WorkerBatch: credits, then started, heartbeats and results.
@@ -322,7 +354,7 @@ class Dispatcher:
         if batch.started:
             self._renew(session, [(s.execution_id, s.fencing_token) for s in batch.started])
             started = list(batch.started)
-            await self._call(self._authority.on_started(session.worker_id, started), "on_started")
+            await guarded(self._authority.on_started(session.worker_id, started), "on_started")
         if batch.heartbeats:
             await self._handle_heartbeats(session, list(batch.heartbeats))
         if batch.results:
@@ -334,7 +366,7 @@ class Dispatcher:
         self, session: WorkerSession, heartbeats: list[worker_pb2.Heartbeat]
     ) -> None:
         self._renew(session, [(h.execution_id, h.fencing_token) for h in heartbeats])
-        stale = await self._call(
+        stale = await guarded(
             self._authority.on_heartbeats(session.worker_id, heartbeats), "on_heartbeats"
         )
         if not stale:
@@ -364,41 +396,7 @@ class Dispatcher:
                 self._authority.on_reported(current)
             except Exception:
                 log.exception("execution authority on_reported failed")
-        self._unsettled.append((session, results))
-        self._ensure_settler()
-        assert self._settle_wake is not None
-        self._settle_wake.set()
-
-    def _ensure_settler(self) -> None:
-        if self._settle_wake is None:
-            self._settle_wake = asyncio.Event()
-        if self._settler is None and not self._closed:
-            self._settler = asyncio.create_task(self._settle_loop(), name="schedd-settler")
-
-    async def _settle_loop(self) -> None:
-        """Settles queued results, everything queued at once per worker, one round at a time."""
-        wake = self._settle_wake
-        assert wake is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            await wake.wait()
-            wake.clear()
-            self._settling = True
-            try:
-                deadline = loop.time() + self.config.settle_defer_ms / 1000.0
-                # Polled, not an Event: "servable" depends on credits, sessions and routes,
-                # and the wait is bounded by settle_defer_ms anyway.
-                while self._servable_backlog() and loop.time() < deadline and not self._closed:  # noqa: ASYNC110
-                    await asyncio.sleep(0.002)
-                while self._unsettled:
-                    queued, self._unsettled = self._unsettled, []
-                    by_worker: dict[str, list[tuple[WorkerSession, list[worker_pb2.Result]]]] = {}
-                    for session, results in queued:
-                        by_worker.setdefault(session.worker_id, []).append((session, results))
-                    for worker_id, parts in by_worker.items():
-                        await self._settle(worker_id, parts)
-            finally:
-                self._settling = False
+        self._settler.queue(session, results)
 
     def _servable_backlog(self) -> bool:
         """Dispatches wait that a connected worker may take once it grants credits."""
@@ -406,34 +404,6 @@ class Dispatcher:
             return False
         live = [s.hello for s in self._sessions.values() if not s.closed]
         return any(accepts(h, r) for r in self._pending.routes() for h in live)
-
-    async def _settle(
-        self, worker_id: str, parts: list[tuple[WorkerSession, list[worker_pb2.Result]]]
-    ) -> None:
-        results = [r for _, rs in parts for r in rs]
-        acks = await self._call(self._authority.on_results(worker_id, results), "on_results")
-        if acks is None:
-            acks = [
-                worker_pb2.ResultAck(
-                    execution_id=r.execution_id,
-                    fencing_token=r.fencing_token,
-                    accepted=False,
-                    code=_UNAVAILABLE,
-                    message="the node could not settle the result; it will be redelivered",
-                )
-                for r in results
-            ]
-        if len(parts) == 1:
-            parts[0][0].send_acks(acks)
-            return
-        # Acks come in any order: each goes back on the stream its result came from.
-        origin = {(r.execution_id, r.fencing_token): s for s, rs in parts for r in rs}
-        by_session: dict[WorkerSession, list[worker_pb2.ResultAck]] = {}
-        for ack in acks:
-            session = origin.get((ack.execution_id, ack.fencing_token), parts[-1][0])
-            by_session.setdefault(session, []).append(ack)
-        for session, session_acks in by_session.items():
-            session.send_acks(session_acks)
 
     def _renew(self, session: WorkerSession, items: list[tuple[str, int]]) -> None:
         deadline = self._clock.now_ms() + self.config.lease_timeout_ms
@@ -482,7 +452,7 @@ class Dispatcher:
         while active:
             still: list[tuple[Any, list[WorkerSession]]] = []
             for route, eligible in active:
-                session = least_loaded(eligible, lambda s: True)
+                session = least_loaded(eligible)
                 if session is None:
                     continue
                 d = self._pending.pop(route)
@@ -518,26 +488,4 @@ class Dispatcher:
         interval = max(1, self.config.reap_interval_ms) / 1000.0
         while True:
             await self._clock.sleep(interval)
-            try:
-                await self.reap_expired()
-            except Exception:
-                log.exception("lease reaper failed; continuing")
-
-    async def _report_lost(self, lost: list[InFlight], reason: str) -> None:
-        self.stats.lost += len(lost)
-        log.warning("%d executions lost: %s", len(lost), reason)
-        await self._call(self._authority.on_lost(lost, reason), "on_lost")
-
-    async def _call(self, aw: Awaitable[_T], what: str) -> _T | None:
-        try:
-            return await aw
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("execution authority %s failed", what)
-            return None
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            await self.reap_expired()

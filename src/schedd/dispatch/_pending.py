@@ -139,8 +139,3 @@ class PendingDispatches:
                 return dispatch
         self._routes.pop(route, None)
         return None
-
-    def rotate(self, route: Route) -> None:
-        """Move ``route`` to the back, so the next pass starts with another route."""
-        if route in self._routes:
-            self._routes.move_to_end(route)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
@@ -14,10 +14,27 @@ from schedd._errors import InvalidArgument
 from schedd.dispatch._session import WorkerSession
 from schedd.v1 import worker_pb2, worker_pb2_grpc
 
-if TYPE_CHECKING:
-    from schedd.dispatch._dispatcher import Dispatcher
-
 log = logging.getLogger(__name__)
+
+
+class StreamEndpoint(Protocol):
+    """What the servicer needs from the node's end of the worker streams (the Dispatcher)."""
+
+    def open_session(self, hello: worker_pb2.Hello) -> WorkerSession:
+        """Register a stream that said ``hello``; raises InvalidArgument for a bad Hello."""
+        ...
+
+    def welcome(self) -> worker_pb2.Welcome:
+        """The Welcome that answers a Hello."""
+        ...
+
+    async def handle_batch(self, session: WorkerSession, batch: worker_pb2.WorkerBatch) -> None:
+        """Apply one WorkerBatch; raises InvalidArgument for a bad one."""
+        ...
+
+    def close_session(self, session: WorkerSession) -> None:
+        """The stream ended."""
+        ...
 
 
 class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
@@ -27,8 +44,8 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
     kind aborts the stream with INVALID_ARGUMENT naming the field.
     """
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self._d = dispatcher
+    def __init__(self, endpoint: StreamEndpoint) -> None:
+        self._d = endpoint
 
     async def Connect(
         self,

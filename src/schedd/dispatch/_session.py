@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 
 from schedd.dispatch._config import DispatchStats
 from schedd.v1 import scheduler_pb2, worker_pb2
@@ -197,13 +196,11 @@ class WorkerSession:
         )
 
 
-def least_loaded(
-    sessions: list[WorkerSession], eligible: Callable[[WorkerSession], bool]
-) -> WorkerSession | None:
-    """The eligible session with credits and the lowest load (ties: most credits)."""
+def least_loaded(sessions: list[WorkerSession]) -> WorkerSession | None:
+    """The open session with credits and the lowest load (ties: most credits)."""
     best: WorkerSession | None = None
     for s in sessions:
-        if s.closed or s.credits <= 0 or not eligible(s):
+        if s.closed or s.credits <= 0:
             continue
         if best is None or (s.load(), -s.credits) < (best.load(), -best.credits):
             best = s

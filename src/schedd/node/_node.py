@@ -115,7 +115,9 @@ class Node:
         dcfg = DispatchConfig(
             heartbeat_interval_ms=cfg.heartbeat_interval_ms, lease_timeout_ms=cfg.lease_timeout_ms
         )
-        self.dispatcher = Dispatcher(cfg.node_id, self.settler, config=dcfg, clock=self.clock)
+        self.dispatcher = Dispatcher(
+            cfg.node_id, self.settler, config=dcfg, clock=self.clock, recorder=self.recorder
+        )
         self.firer.dispatcher = self.dispatcher
         self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
         self.api = NodeApi(self.jobs, self.history, self, self.clock)
@@ -184,7 +186,7 @@ class Node:
         for p in self.partitions:
             await self._lost(p, reason)
         await self._close_session()
-        await self.dispatcher.close()
+        await self.dispatcher.stop(graceful, timeout)
         await self.server.stop(min(self.config.server_grace_s, timeout) if graceful else 0)
         if self._given_kv is None:
             await self.kv.close()
