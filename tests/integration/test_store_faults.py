@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
-from integration.cluster_harness import Harness, eventually
+from integration.cluster_harness import Harness, eventually, node_config
+from schedd._clock import SystemClock
 from schedd._errors import Unavailable
 from schedd.dev import EtcdCluster, EtcdProcess
 from schedd.node import Node
-from schedd.store import EtcdConfig, partition_of
+from schedd.store import EtcdConfig, FaultPlan, MemoryKV, partition_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
-class FaultPlan:
+class EtcdFaults:
     """Fails calls at random: ``before`` raises without sending, ``after`` sends, then raises."""
 
     def __init__(self, seed: int, before: float, after: float) -> None:
@@ -52,7 +53,7 @@ class FaultPlan:
         return faulty
 
 
-def inject(node: Node, plan: FaultPlan) -> None:
+def inject(node: Node, plan: EtcdFaults) -> None:
     """Every transaction and range the node sends to etcd goes through ``plan``."""
     kv: Any = node.kv
     for name in ("txn", "range"):
@@ -101,7 +102,7 @@ async def test_random_store_faults_lose_and_double_nothing(h: Harness) -> None:
 
     await eventually(lambda: asyncio.sleep(0, result=all_fired()), bool, what="first fires")
 
-    plan = FaultPlan(seed=20261204, before=0.15, after=0.15)
+    plan = EtcdFaults(seed=20261204, before=0.15, after=0.15)
     inject(node, plan)
     plan.enabled = True
     await asyncio.sleep(8.0)
@@ -251,3 +252,24 @@ async def _every_fire_once(
     await asyncio.sleep(1.5)  # results of the last fires are settled; nothing runs twice
     doubled = {k: n for k, n in Counter(effects).items() if n > 1}
     assert not doubled, f"fires run more than once: {doubled}"
+
+
+async def test_memory_store_faults_on_every_call_lose_and_double_nothing(tmp_path: Path) -> None:
+    """The same check on the memory backend, whose seeded fault plan also fails reads: window
+    loads, job fetches, re-reads of doubted jobs, and the coordination's own calls."""
+    kv = MemoryKV(clock=SystemClock())
+    h = Harness("unused:1", b"/schedd-memory-faults/", tmp_path)
+    try:
+        node = Node(node_config(h.endpoint, h.prefix, tmp_path / "node"), kv=kv)
+        await node.start()
+        h.nodes.append(node)
+        await h.wait_all_owned(node)
+        effects, jobs = await _record_every_second(h, 12)
+        first = await _first_fires(effects, jobs)
+        kv.faults = FaultPlan(random.Random(7), fail_before=0.1, fail_after=0.1, fail_reads=0.1)
+        await asyncio.sleep(8.0)
+        kv.faults = None
+        await _every_fire_once(effects, jobs, first, node.clock.now_ms())
+        assert len(node.partitions) == node.config.partitions
+    finally:
+        await h.close()

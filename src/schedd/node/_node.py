@@ -261,14 +261,14 @@ class Node:
         part = self.partitions.get(partition)
         if part is None:
             return
-        if reason in ("shutdown", "rebalance", "clock skew"):
-            given_back = await part.unclaim()
-            if given_back:
-                log.info("partition %d: gave back %d claimed fires", partition, given_back)
+        graceful = reason in ("shutdown", "rebalance", "clock skew")
+        if graceful:  # give back first, while it still runs here (its fence still holds)
+            ids = await part.stop(graceful=True, timeout=self.config.stop_timeout_s)
         self.partitions.remove(partition)
         self.recorder.ownership_changed()
         self.recorder.partitions_owned(len(self.partitions))
-        ids = await part.stop()
+        if not graceful:
+            ids = await part.stop()
         self.dispatcher.forget(ids)
         for eid in ids:
             job_id, _ = parse_execution_id(eid)

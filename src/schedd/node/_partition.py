@@ -1,4 +1,4 @@
-"""One owned partition: window loader, claims ahead of the fire, the timer wheel, the firer.
+"""One owned partition: its window of due entries, claims ahead of the fire, its timer wheel.
 
 The life of a schedule fire here::
 
@@ -108,8 +108,21 @@ class Partition:
             self.partition, len(entries), len(inherited), self.store.fence.epoch,
         )  # fmt: skip
 
-    async def stop(self) -> list[str]:
-        """Stops the loops; returns the ids of executions this partition had in memory."""
+    async def stop(self, graceful: bool = False, timeout: float | None = None) -> list[str]:
+        """Stops the loops; returns the ids of executions this partition had in memory.
+
+        Graceful (the partition is handed over on purpose: rebalance, shutdown, clock skew):
+        first gives back claimed fires not yet dispatched (:meth:`unclaim`, bounded by
+        ``timeout``), so the next owner applies their misfire policy. Not graceful (the fence
+        is lost, or a loop crashed): the next owner adopts what etcd holds.
+        """
+        if graceful:
+            try:
+                given_back = await asyncio.wait_for(self.unclaim(), timeout)
+                if given_back:
+                    log.info("partition %d: gave back %d claimed fires", self.partition, given_back)
+            except TimeoutError:
+                log.warning("partition %d: giving back claimed fires timed out", self.partition)
         self._stopping = True
         self.driver.stop()
         for t in self._tasks:
@@ -126,7 +139,8 @@ class Partition:
         The next owner then sees them as due entries and applies each job's misfire policy,
         instead of inheriting claims it must honour. Returns how many were given back.
         The wheel stops first: a fire dispatched while its give-back is in flight would run
-        here and again at the next owner. Only :meth:`stop` may follow.
+        here and again at the next owner. Only :meth:`stop` may follow (``stop(graceful=True)``
+        calls it).
         """
         self._stopping = True
         self.driver.stop()
@@ -308,7 +322,7 @@ class Partition:
             self._doubted |= jobs
             self._orphans |= orphans
             raise
-        log.info("partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs))
+        log.debug("partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs))
 
     async def _extend_window(self, now: int) -> None:
         # Entries inside the old window are known already (loaded, or written by our claims,
@@ -390,12 +404,12 @@ class Partition:
             return
         cached = self.jobs[claim.entry.job_id]
         self.jobs[claim.entry.job_id] = StoredJob(cached.job, cached.spec_revision, state, rev)
-        if state.due_ms:
+        if state.due_ms and state.due_ms <= self.window.end:  # window.put, inlined: per fire
             nxt = DueEntry(
                 self.partition, state.due_ms, claim.entry.job_id, FIRE, state.next_fire_ms, rev
             )
-            if self.window.put(nxt):
-                self._wake.set()
+            self.window.entries[(nxt.due_ms, nxt.job_id)] = nxt
+            self._wake.set()
 
     # -- reconciling with API changes ---------------------------------------------------------
 

@@ -56,6 +56,8 @@ class PartitionStore:
         pk = keys.partition_keys(self.partition)
         self._job_key, self._state_key = pk.job_key, pk.state_key
         self._due_key, self._run_key = pk.due_key, pk.run_key
+        # The claim path concatenates these itself (a call per key costs more than the key).
+        self._job_pfx, self._state_pfx = pk.jobs, pk.states
         ops = kv.ops
         self._cmp_create, self._cmp_mod = ops.cmp_create, ops.cmp_mod
         self._put, self._delete, self._get, self._txn = ops.put, ops.delete, ops.get, ops.txn
@@ -206,10 +208,10 @@ class PartitionStore:
         """
         jid = entry.job_id.encode()
         due_key = self._due_key(entry.due_ms, jid)
-        state_key = self._state_key(jid)
+        state_key = self._state_pfx + jid
         cmp_mod, put = self._cmp_mod, self._put
         compares = [
-            cmp_mod(self._job_key(jid), cached.spec_revision),
+            cmp_mod(self._job_pfx + jid, cached.spec_revision),
             cmp_mod(state_key, cached.state_revision),
             cmp_mod(due_key, entry.mod_revision),
         ]
