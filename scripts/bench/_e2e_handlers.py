@@ -77,7 +77,7 @@ _JITTER_MS = int(os.environ.get("E2E_JITTER_MS", "0"))
 
 def _due_ms(ctx: Any) -> int:
     """The instant the scheduler aimed at: the scheduled fire plus the job's jitter offset."""
-    # The execution id is "{job_id}@{scheduled_ms}" (see schedd.store._keys.execution_id).
+    # The execution id is "{job_id}@{scheduled_ms}" (see schedd.model.execution_id).
     job_id, _, sched = str(ctx.execution_id).rpartition("@")
     ms = int(getattr(ctx, "scheduled_ms", 0) or sched)
     return ms + jitter_offset_ms(job_id, ms, _JITTER_MS) if _JITTER_MS else ms

@@ -17,6 +17,7 @@ from schedd.model._enums import (
     state_name,
     trigger_name,
 )
+from schedd.model._execution import execution_from, execution_template, new_execution
 from schedd.model._fields import (
     MAX_ATTEMPTS,
     MAX_PAYLOAD_BYTES,
@@ -24,7 +25,12 @@ from schedd.model._fields import (
     check_text,
     validate_id,
 )
-from schedd.model._ids import new_job_id, validate_execution_id
+from schedd.model._ids import (
+    execution_id,
+    new_job_id,
+    parse_execution_id,
+    validate_execution_id,
+)
 from schedd.model._job import (
     OUTPUT_FIELDS,
     normalise_spec,
@@ -42,10 +48,15 @@ __all__ = [
     "OUTPUT_FIELDS",
     "apply_update",
     "check_text",
+    "execution_from",
+    "execution_id",
+    "execution_template",
     "misfire_name",
+    "new_execution",
     "new_job_id",
     "normalise_spec",
     "overlap_name",
+    "parse_execution_id",
     "parse_misfire",
     "parse_overlap",
     "parse_state",

@@ -14,6 +14,20 @@ def new_job_id() -> str:
     return "j-" + base64.b32encode(secrets.token_bytes(15)).decode().lower()[:20]
 
 
+def execution_id(job_id: str, scheduled_ms: int) -> str:
+    """The id of the execution of ``job_id`` for the fire at ``scheduled_ms``: one per
+    (job, scheduled time), whoever claims it, so it is also the execution's idempotency key."""
+    return f"{job_id}@{scheduled_ms}"
+
+
+def parse_execution_id(value: str) -> tuple[str, int]:
+    """Inverse of :func:`execution_id`; ValueError when malformed."""
+    job_id, sep, ms = value.rpartition("@")
+    if not sep or not job_id or not ms.isdigit():
+        raise ValueError(f"{value!r} is not an execution id (JOB@MILLIS)")
+    return job_id, int(ms)
+
+
 def validate_execution_id(field: str, value: str) -> str:
     """Check an execution id (``"{job_id}@{scheduled_ms}"``).
 
@@ -21,7 +35,8 @@ def validate_execution_id(field: str, value: str) -> str:
         InvalidArgument: Empty, breaking the text limits, or not ``JOB@MILLIS``.
     """
     text = validate_id(field, value)
-    job_id, sep, ms = text.rpartition("@")
-    if not sep or not job_id or not ms.isdigit():
-        raise InvalidArgument(field, f"{value!r} is not an execution id (JOB@MILLIS)")
+    try:
+        parse_execution_id(text)
+    except ValueError as exc:
+        raise InvalidArgument(field, f"{value!r} is not an execution id (JOB@MILLIS)") from exc
     return text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from schedd.model import execution_from, execution_template, new_execution
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule, plan_misfires
 from schedd.store import (
     FIRE,
@@ -20,9 +21,6 @@ from schedd.store import (
     JobState,
     PartitionStore,
     StoredJob,
-    execution_from,
-    execution_template,
-    new_execution,
 )
 from schedd.v1 import execution_pb2, job_pb2
 

@@ -11,13 +11,18 @@ Everything outside this package imports from here, never from its underscore mod
   batches) and :class:`JobStore` (the client API's), with their records.
 """
 
+from schedd.model import (
+    execution_from,
+    execution_id,
+    execution_template,
+    new_execution,
+    parse_execution_id,
+)
 from schedd.store._jobs import JobStore
 from schedd.store._keys import (
     DEFAULT_PREFIX,
     Keys,
     PartitionKeys,
-    execution_id,
-    parse_execution_id,
     partition_of,
 )
 from schedd.store._notify import NOTIFY_MAX_IDS, Notice
@@ -30,9 +35,6 @@ from schedd.store._records import (
     StoredJob,
     decode_execution,
     encode_execution,
-    execution_from,
-    execution_template,
-    new_execution,
 )
 from schedd.store._types import (
     Fence,

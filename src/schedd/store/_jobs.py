@@ -17,9 +17,9 @@ from schedd._errors import (
     JobNotFound,
     SchedError,
 )
-from schedd.model import same_spec
+from schedd.model import new_execution, parse_execution_id, same_spec
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule
-from schedd.store._keys import Keys, parse_execution_id, partition_of
+from schedd.store._keys import Keys, partition_of
 from schedd.store._notify import Notice
 from schedd.store._records import (
     FIRE,
@@ -29,7 +29,6 @@ from schedd.store._records import (
     StoredJob,
     decode_execution,
     encode_execution,
-    new_execution,
 )
 from schedd.store._types import KeyValue, prefix_end
 from schedd.store.abc import KV, Compare, Op, OpBuilder

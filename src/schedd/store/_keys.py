@@ -169,16 +169,3 @@ class PartitionKeys:
 
     def run_key(self, jid: bytes, scheduled_ms: int) -> bytes:
         return _run_key(self.runs, jid, scheduled_ms)
-
-
-def execution_id(job_id: str, scheduled_ms: int) -> str:
-    """The id of the execution of ``job_id`` for the fire at ``scheduled_ms``."""
-    return f"{job_id}@{scheduled_ms}"
-
-
-def parse_execution_id(value: str) -> tuple[str, int]:
-    """Inverse of :func:`execution_id`; ValueError when malformed."""
-    job_id, sep, ms = value.rpartition("@")
-    if not sep or not job_id or not ms.isdigit():
-        raise ValueError(f"{value!r} is not an execution id (JOB@MILLIS)")
-    return job_id, int(ms)
