@@ -9,7 +9,7 @@ of the partitions this node runs, with the lookup from an execution id to its pa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +61,32 @@ class PartitionEvents(Protocol):
     def partition_failed(self, partition: int, reason: str) -> None:
         """A loop of the partition crashed: release it, so it is claimed afresh."""
         ...
+
+
+class Doubts:
+    """Jobs whose durable state memory may no longer match (a store call that carried their
+    work failed, or its outcome is unknown), and *orphans*: executions memory still lists but
+    nothing has in flight any more (their result or redelivery was not written)."""
+
+    def __init__(self) -> None:
+        self.jobs: set[str] = set()
+        self.orphans: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.orphans)
+
+    def add(self, job_ids: Iterable[str], orphans: Iterable[str] = ()) -> bool:
+        """Records them; returns whether anything new was recorded."""
+        before = len(self.jobs) + len(self.orphans)
+        self.jobs.update(job_ids)
+        self.orphans.update(orphans)
+        return len(self.jobs) + len(self.orphans) > before
+
+    def take(self) -> tuple[set[str], set[str]]:
+        """Everything recorded (the orphans' jobs included), forgotten until :meth:`add`."""
+        jobs, orphans = self.jobs, self.orphans
+        self.jobs, self.orphans = set(), set()
+        return jobs | {parse_execution_id(eid)[0] for eid in orphans}, orphans
 
 
 class RunningIndex:

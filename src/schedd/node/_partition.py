@@ -24,11 +24,11 @@ from schedd._gc import freeze_survivors
 from schedd.history import History
 from schedd.node._claims import Claim, ClaimPlanner
 from schedd.node._config import NodeConfig
-from schedd.node._live import Firing, Live, PartitionEvents
+from schedd.node._live import Doubts, Firing, Live, PartitionEvents
 from schedd.node._pacing import ClaimPacer
 from schedd.node._window import DueWindow
 from schedd.obs import MetricsRecorder, NoopRecorder
-from schedd.store import FIRE, DueEntry, JobView, PartitionStore, StoredJob, parse_execution_id
+from schedd.store import FIRE, DueEntry, JobView, PartitionStore, StoredJob
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2
 
@@ -74,12 +74,7 @@ class Partition:
         self.lock = asyncio.Lock()
         self.stopped = asyncio.Event()
         self.pacer = ClaimPacer(config)
-        #: Jobs whose durable state memory may no longer match: a store call that carried
-        #: their work failed, or its outcome is unknown. The claim loop re-reads them.
-        self._doubted: set[str] = set()
-        #: Executions memory still lists but that nothing has in flight (their result or
-        #: redelivery was not written): if etcd still holds them unchanged, hand them out again.
-        self._orphans: set[str] = set()
+        self._doubts = Doubts()  # re-read by the claim loop, see doubt()
         self._reload_wanted = False
         self._stopping = False
 
@@ -263,7 +258,7 @@ class Partition:
             try:
                 if self._reload_wanted:
                     await self._reload_window()
-                if self._doubted or self._orphans:
+                if self._doubts:
                     await self._settle_doubts()
                 await self._claim_round()
             except FencedOut as exc:
@@ -305,22 +300,16 @@ class Partition:
         that was not written): if etcd still holds one unchanged, it is handed out again
         with a new token (a worker that finished it answers from its ledger).
         """
-        before = len(self._doubted) + len(self._orphans)
-        self._doubted.update(job_ids)
-        self._orphans.update(orphans)
-        if len(self._doubted) + len(self._orphans) > before:
+        if self._doubts.add(job_ids, orphans):
             self._wake.set()
 
     async def _settle_doubts(self) -> None:
         """Re-reads the doubted jobs and makes memory agree with etcd (kept doubted on error)."""
-        jobs, orphans = self._doubted, self._orphans
-        self._doubted, self._orphans = set(), set()
-        jobs |= {parse_execution_id(eid)[0] for eid in orphans}
+        jobs, orphans = self._doubts.take()
         try:
             await self.reconcile(jobs, orphans=orphans)
         except BaseException:
-            self._doubted |= jobs
-            self._orphans |= orphans
+            self._doubts.add(jobs, orphans)
             raise
         log.debug("partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs))
 
@@ -363,7 +352,11 @@ class Partition:
         return failed
 
     async def _yield_to_fires(self) -> None:
-        """Lets the wheel go first when one of its buckets is due within a few ticks."""
+        """Lets the wheel go first when one of its buckets is due within a few ticks.
+
+        A real pause of the event loop (a few ms at most), not a wait for scheduler time:
+        the wheel's driver, on whatever clock, gets the loop while it is paused.
+        """
         nxt = self.driver.wheel.next_expiry_ms()
         wait_ms = -1 if nxt is None else nxt - self.clock.now_ms()
         if 0 <= wait_ms <= 5 * self.config.tick_ms:
