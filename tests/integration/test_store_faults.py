@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -193,14 +194,19 @@ async def test_losing_the_etcd_leader_loses_and_doubles_no_fire(tmp_path: Path) 
         await asyncio.to_thread(cluster.stop)
 
 
-async def _record_every_second(h: Harness, count: int) -> tuple[list[tuple[str, int]], list[str]]:
-    """A worker whose handler records (job, scheduled time); ``count`` per-second jobs."""
-    worker = h.new_worker("w1")
+async def _record_every_second(
+    h: Harness, count: int, *, started: list[float] | None = None, **worker_args: Any
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """A worker whose handler records (job, scheduled time), and its start time in ``started``
+    if given; ``count`` per-second jobs."""
+    worker = h.new_worker("w1", **worker_args)
     effects: list[tuple[str, int]] = []
 
     @worker.handler("record")
     async def record(ctx: Any, payload: Any) -> None:
         effects.append((ctx.job_id, ctx.scheduled_ms))
+        if started is not None:
+            started.append(time.time())
 
     h.workers.append((worker, asyncio.create_task(worker.run())))
     client = await h.connect()
@@ -273,3 +279,72 @@ async def test_memory_store_faults_on_every_call_lose_and_double_nothing(tmp_pat
         assert len(node.partitions) == node.config.partitions
     finally:
         await h.close()
+
+
+async def test_a_node_cut_off_from_its_lease_fences_itself_before_it_expires(
+    h: Harness,
+) -> None:
+    """Keep-alives hang (etcd unreachable for the node) and no new session can be had: the node
+    starts nothing ``margin`` before its lease could expire, and catches up once etcd is back.
+
+    The worker holds nothing ahead (prefetch 0): what a worker already holds still starts on
+    its own timer, a window of up to ``hold_ms`` documented in docs/guarantees.md.
+    """
+    node = await h.start_node(session_ttl_s=2)  # self-fences 0.5 s before the 2 s TTL
+    await h.wait_all_owned(node)
+    started: list[float] = []
+    effects, jobs = await _record_every_second(h, 6, started=started, prefetch=0)
+    first = await _first_fires(effects, jobs)
+    kv: Any = node.kv
+    real_keepalive, real_grant = kv.keepalive_once, kv.grant
+    cut = asyncio.Event()
+
+    async def hang(lease_id: int) -> int:
+        await cut.wait()
+        return int(await real_keepalive(lease_id))
+
+    async def refuse(ttl_s: int) -> int:
+        raise Unavailable("injected: etcd unreachable")
+
+    kv.keepalive_once, kv.grant = hang, refuse
+    cut_at = time.time()
+    await asyncio.sleep(4.0)
+    back_at = time.time()
+    kv.keepalive_once, kv.grant = real_keepalive, real_grant
+    cut.set()
+    quiet_from = cut_at + 2 - 0.5 + 0.3  # the fence instant at the latest, plus dispatch slack
+    during = [t - cut_at for t in started if quiet_from < t < back_at]
+    assert not during, f"started while the node could not prove its lease: {during}"
+    await h.wait_all_owned(node)
+    await _every_fire_once(effects, jobs, first, node.clock.now_ms())
+
+
+async def test_a_node_resumed_after_a_pause_past_its_lease_hands_out_nothing_stale(
+    h: Harness,
+) -> None:
+    """The whole process pauses (like SIGSTOP) past its lease. On resume the wheel is full of
+    overdue fires claimed under the old epoch; none may start with a token of that epoch: the
+    node must first learn it lost its lease, and a new owner (here itself, with a new session)
+    re-tokens them."""
+    node = await h.start_node(session_ttl_s=2)
+    await h.wait_all_owned(node)
+    tokens: list[tuple[float, int]] = []
+    worker = h.new_worker("w1", prefetch=0)
+
+    @worker.handler("record")
+    async def record(ctx: Any, payload: Any) -> None:
+        tokens.append((time.time(), ctx.fencing_token))
+
+    h.workers.append((worker, asyncio.create_task(worker.run())))
+    client = await h.connect()
+    for i in range(8):
+        await client.create_job(f"paused-{i}", schedule="* * * * * *", handler="record",
+                                misfire="catch_up", catch_up_limit=100)  # fmt: skip
+    await eventually(lambda: asyncio.sleep(0, result=len(tokens)), lambda n: n >= 16)
+    _, revision, _ = await node.kv.range(b"\x00", b"\x00", limit=1)
+    time.sleep(3.0)
+    resumed = time.time()
+    await asyncio.sleep(3.0)
+    stale = [tok for at, tok in tokens if at >= resumed and tok <= revision]
+    assert not stale, f"started after the pause under tokens of the lost epoch: {stale}"
+    assert any(at >= resumed for at, _ in tokens), "fires resume under the new session"

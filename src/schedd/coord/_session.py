@@ -23,17 +23,35 @@ class Session:
     behind our back), or no keep-alive succeeded within the last granted TTL. Once set it
     stays set: a session is never revived; make a new one.
 
+    **Self-fencing.** The owner of the session must stop acting (firing, dispatching) *before*
+    the lease can have expired at etcd, not after: :meth:`may_act` is true only until
+    ``margin_s`` before the instant the lease must be assumed gone, and :attr:`done` is set
+    then too, whether a keep-alive failed or is still hanging. The margin covers the time
+    between a check and its effect (a dispatch reaching a worker) and clock-rate error.
+
     Args:
         kv: the store.
         ttl_s: lease TTL in seconds (>= 2); keep-alives are sent every ``ttl_s / 3``.
         clock: source of monotonic time and sleeps.
+        margin_s: how long before the assumed expiry the session gives up (default
+            ``max(0.5, ttl_s / 4)``: 1.25 s for the default 5 s TTL).
     """
 
-    def __init__(self, kv: KV, *, ttl_s: int = 5, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        kv: KV,
+        *,
+        ttl_s: int = 5,
+        clock: Clock | None = None,
+        margin_s: float | None = None,
+    ) -> None:
         if ttl_s < 2:
             raise ValueError(f"session ttl_s must be >= 2, got {ttl_s}")
         self._kv = kv
         self.ttl_s = ttl_s
+        self.margin_s = max(0.5, ttl_s / 4) if margin_s is None else margin_s
+        if not 0 <= self.margin_s < ttl_s / 2:
+            raise ValueError(f"session margin_s must be in [0, ttl_s / 2), got {self.margin_s}")
         self._clock: Clock = clock or SystemClock()
         self.lease_id = 0
         self.done = asyncio.Event()
@@ -55,15 +73,52 @@ class Session:
         self._task = asyncio.create_task(self._keep_alive(), name=f"session-{self.lease_id:x}")
         log.info("session started lease=%x ttl=%ds", self.lease_id, self.ttl_s)
 
+    def may_act(self) -> bool:
+        """Whether the lease is certainly alive for a while yet (see the class docstring)."""
+        return not self.done.is_set() and self._clock.monotonic() < self._fence_at()
+
+    def _fence_at(self) -> float:
+        return self._expires_at - self.margin_s
+
     async def _keep_alive(self) -> None:
         interval = self.ttl_s / 3
         try:
             while not self.done.is_set():
-                await self._clock.sleep(interval)
-                if not await self._refresh_once():
+                # Wakes for the next keep-alive, or at the self-fencing instant if that comes
+                # first (a process resumed after a pause finds it passed).
+                await self._clock.sleep(max(0.0, min(interval, self._fence_at() - self._now())))
+                if self._now() >= self._fence_at():
+                    log.warning(
+                        "session lease=%x: no keep-alive for too long; fencing itself %.2f s "
+                        "before the lease may expire",
+                        self.lease_id,
+                        self.margin_s,
+                    )
+                    return
+                if not await self._refresh_within_fence():
                     return
         finally:
             self.done.set()
+
+    def _now(self) -> float:
+        return self._clock.monotonic()
+
+    async def _refresh_within_fence(self) -> bool:
+        """One keep-alive, given up at the self-fencing instant (etcd may hang, not fail)."""
+        left = self._fence_at() - self._now()
+        refresh = asyncio.ensure_future(self._refresh_once())
+        deadline = asyncio.ensure_future(self._clock.sleep(max(0.0, left)))
+        try:
+            await asyncio.wait([refresh, deadline], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            deadline.cancel()
+            hung = not refresh.done()
+            if hung:
+                refresh.cancel()
+        if hung:
+            log.warning("session lease=%x: keep-alive hung past the fencing instant", self.lease_id)
+            return False
+        return refresh.result()
 
     async def _refresh_once(self) -> bool:
         """One keep-alive; False when the lease is (or must be assumed) gone."""
@@ -71,7 +126,7 @@ class Session:
         try:
             ttl = await self._kv.keepalive_once(self.lease_id)
         except Unavailable as exc:
-            if self._clock.monotonic() >= self._expires_at:
+            if self._clock.monotonic() >= self._fence_at():
                 log.warning(
                     "session lease=%x lost: no keep-alive within TTL (%s)", self.lease_id, exc
                 )

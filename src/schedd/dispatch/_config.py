@@ -127,3 +127,12 @@ class ExecutionAuthority(Protocol):
         The dispatcher has already dropped them; the node re-tokens and resubmits them.
         """
         ...
+
+
+#: How soon a dispatcher whose node may not dispatch (``Dispatcher.may_dispatch``) looks again.
+FENCED_RETRY_S = 0.1
+
+
+def always() -> bool:
+    """The default ``may_dispatch``: a dispatcher alone (no node session) always may."""
+    return True

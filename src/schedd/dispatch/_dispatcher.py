@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc.aio
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument
-from schedd.dispatch._config import DispatchConfig, DispatchStats, ExecutionAuthority, InFlight
+from schedd.dispatch._config import (
+    FENCED_RETRY_S,
+    DispatchConfig,
+    DispatchStats,
+    ExecutionAuthority,
+    InFlight,
+    always,
+)
 from schedd.dispatch._loss import LossReports
 from schedd.dispatch._pending import PendingDispatches, accepts, route_of
 from schedd.dispatch._result_settler import ResultSettler
@@ -68,13 +75,16 @@ class Dispatcher:
             authority: Token checks, settling and what happens after a loss.
             config: Pacing, leases and timeouts.
             clock: Every reading and wait of the dispatcher's goes through it.
-            recorder: Where metrics go. The recorder's protocol has no dispatch event yet, so
-                none is reported: a dispatch metric is a new recorder method, called here.
+            recorder: Where metrics go (no dispatch event is reported yet).
+
+        ``may_dispatch`` says whether anything may be handed out now; the node ties it to its
+        session's self-fencing (a node that may have lost its lease sends nothing).
         """
         self.node_id = node_id
         self.config = config
         self.stats = DispatchStats()
         self.recorder = recorder
+        self.may_dispatch: Callable[[], bool] = always
         self._authority = authority
         self._clock: Clock = clock or SystemClock()
         self._sessions: dict[int, WorkerSession] = {}
@@ -121,6 +131,8 @@ class Dispatcher:
             The dispatches no worker could hold now, in order: the caller fires them at their
             instant instead (through :meth:`submit`, with ``start_at_ms`` cleared).
         """
+        if not self.may_dispatch():
+            return list(dispatches)
         now = self._clock.now_ms()
         lease = self.config.lease_timeout_ms
         holders = [
@@ -209,17 +221,11 @@ class Dispatcher:
     def workers(self) -> list[scheduler_pb2.WorkerStatus]:
         """One entry per connected stream (a worker reconnecting may briefly appear twice)."""
         now = self._clock.now_ms()
-        out = []
-        for s in self._sessions.values():
-            if s.closed:
-                continue
-            held = 0
-            for eid in s.in_flight:
-                flight = self._in_flight.get(eid)
-                if flight is not None and flight.dispatch.start_at_ms > now:
-                    held += 1
-            out.append(s.status(self.node_id, held))
-        return out
+        return [
+            s.status(self.node_id, s.held(self._in_flight, now))
+            for s in self._sessions.values()
+            if not s.closed
+        ]
 
     @property
     def restarts(self) -> int:
@@ -437,6 +443,9 @@ class Dispatcher:
     def _pump(self) -> None:
         """Hand pending dispatches to workers with credits: one per route per pass."""
         self._pump_scheduled = False
+        if not self.may_dispatch():  # fenced for now: look again shortly
+            asyncio.get_running_loop().call_later(FENCED_RETRY_S, self._schedule_pump)
+            return
         sessions = [s for s in self._sessions.values() if not s.closed and s.credits > 0]
         if not sessions or not len(self._pending):
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from schedd.dispatch._config import DispatchStats
+from schedd.dispatch._config import DispatchStats, InFlight
 from schedd.v1 import scheduler_pb2, worker_pb2
 
 #: What :meth:`WorkerSession.next_message` returns when the stream is to end.
@@ -181,6 +181,11 @@ class WorkerSession:
         self.flush()
         self.closed = True
         self._wake_writer()
+
+    def held(self, in_flight: dict[str, InFlight], now_ms: int) -> int:
+        """How many of its in-flight executions the worker holds for a later instant."""
+        flights = [in_flight.get(eid) for eid in self.in_flight]
+        return sum(1 for f in flights if f is not None and f.dispatch.start_at_ms > now_ms)
 
     def status(self, node_id: str, held: int = 0) -> scheduler_pb2.WorkerStatus:
         return scheduler_pb2.WorkerStatus(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from schedd._clock import Clock
@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 #: of such a job may be sent ahead to a worker that holds it.
 _HOLDABLE = frozenset({job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED})
 _SKIPPED_REASON = "overlap policy: a previous run of this job is still running"
+#: How much later a fire that came while the node was fenced (see ``Firer.may_act``) retries.
+_FENCED_RETRY_MS = 100
+
+
+def _always() -> bool:
+    return True
 
 
 class Firer:
@@ -39,6 +45,9 @@ class Firer:
     Attributes:
         running: the dispatched, unfinished executions per job (the settler ends them).
         dispatcher: where executions go; attached by the node once it exists.
+        may_act: whether the node may fire now; the node ties it to its session's
+            self-fencing. While it says no, fires wait (re-armed shortly after): a node that
+            may have lost its lease must not hand out what a new owner hands out again.
     """
 
     def __init__(self, config: NodeConfig, clock: Clock, history: History) -> None:
@@ -47,6 +56,7 @@ class Firer:
         self.history = history
         self.running = RunningIndex()
         self.dispatcher: Dispatcher | None = None
+        self.may_act: Callable[[], bool] = _always
         self._slices = FireSlices(config.fire_slice)
 
     def prepare(self, partition: Partition, live: Live) -> int:
@@ -74,6 +84,11 @@ class Firer:
         start while the rest of the burst is still being fired. More than a slice from one
         partition is fired a slice at a time the same way.
         """
+        if not self.may_act():
+            later = self.clock.now_ms() + _FENCED_RETRY_MS
+            for live in lives:
+                partition.arm_at(live, later)
+            return
         size = self._slices.size
         if size and len(lives) > size:  # one partition's share of a burst: a slice per pass
             for i in range(0, len(lives), size):

@@ -119,6 +119,8 @@ class Node:
             cfg.node_id, self.settler, config=dcfg, clock=self.clock, recorder=self.recorder
         )
         self.firer.dispatcher = self.dispatcher
+        # Self-fencing: nothing is fired or handed out while the session may have expired.
+        self.firer.may_act = self.dispatcher.may_dispatch = self._may_act
         self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
         self.api = NodeApi(self.jobs, self.history, self, self.clock)
         await self._serve()
@@ -131,6 +133,11 @@ class Node:
         if cfg.compaction_interval_s > 0:
             self._run_supervised("compaction", self.upkeep.compact)
         log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
+
+    def _may_act(self) -> bool:
+        """Whether this node's session is certainly alive (see ``Session.may_act``)."""
+        session = self._session
+        return session is not None and session.may_act()
 
     def _run_supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         task = asyncio.create_task(
