@@ -111,6 +111,7 @@ class BenchNode(worker_pb2_grpc.WorkerServicer):
                 heartbeat_interval_ms=2000,
                 lease_timeout_ms=10_000,
                 now_ms=time.time_ns() // 1_000_000,
+                live_until_ms=time.time_ns() // 1_000_000 + 3_600_000,  # held starts allowed
             )
         )
         if run.start_at_ms:

@@ -236,3 +236,25 @@ def _conn_hold(run: Any) -> int:
 
 
 _ = DispatchConfig
+
+
+async def test_a_held_execution_starts_only_within_its_nodes_latest_promise(
+    make_node: NodeFactory, start_worker: WorkerFactory
+) -> None:
+    """A node promises to hold its partitions until an instant and renews the promise while it
+    is sure of its lease. One that stopped renewing (frozen, cut off from etcd) must not have
+    its held work start after its promise: the worker gives it back unstarted."""
+    node = await make_node()
+    starts, _ = await _holding(node, start_worker, 4)
+    promise = _now_ms() + 700  # the node's last promise; it renews no further
+    node.dispatcher.live_until_ms = lambda: promise
+    await asyncio.sleep(0.4)  # a reaper tick carries the promise to the worker
+    inside, beyond = promise - 200, promise + 200
+    node.dispatcher.hold([_held(node, "inside", inside), _held(node, "beyond", beyond)])
+    await wait_for(lambda: len(node.authority.results) == 2, "two answers", timeout=5)
+    outcomes = {r.execution_id: (r.outcome, r.error) for _, r in node.authority.results}
+    assert outcomes["inside"][0] == worker_pb2.OUTCOME_SUCCEEDED
+    assert outcomes["beyond"][0] == worker_pb2.OUTCOME_CANCELLED
+    assert "no longer vouched" in outcomes["beyond"][1]
+    assert set(starts) == {"inside"}
+    await wait_for(lambda: _session(node).hold_credits == 4, "credits back")

@@ -207,7 +207,11 @@ async def test_hello_is_answered_with_welcome(make_node: NodeFactory) -> None:
         msg = await call.read()
         assert isinstance(msg, worker_pb2.NodeMessage)
         assert msg.welcome == worker_pb2.Welcome(
-            node_id="node-1", heartbeat_interval_ms=1500, lease_timeout_ms=7000, now_ms=1_000_000
+            node_id="node-1",
+            heartbeat_interval_ms=1500,
+            lease_timeout_ms=7000,
+            now_ms=1_000_000,
+            live_until_ms=1_000_000 + 365 * 86_400_000,  # a dispatcher with no session: no limit
         )
         await wait_for(lambda: len(node.dispatcher.workers()) == 1, "session")
         status = node.dispatcher.workers()[0]

@@ -77,6 +77,13 @@ class Session:
         """Whether the lease is certainly alive for a while yet (see the class docstring)."""
         return not self.done.is_set() and self._clock.monotonic() < self._fence_at()
 
+    def acting_for_s(self) -> float:
+        """How much longer (seconds) the session may act without another keep-alive; 0 when
+        it may not act now. What the node promises workers that hold its executions."""
+        if self.done.is_set():
+            return 0.0
+        return max(0.0, self._fence_at() - self._clock.monotonic())
+
     def _fence_at(self) -> float:
         return self._expires_at - self.margin_s
 

@@ -15,12 +15,14 @@ executions as they fire::
 
 from schedd.dispatch._config import (
     KEEPALIVE_SERVER_OPTIONS,
+    REASON_DISCONNECTED,
+    REASON_LEASE_EXPIRED,
     DispatchConfig,
     DispatchStats,
     ExecutionAuthority,
     InFlight,
 )
-from schedd.dispatch._dispatcher import REASON_DISCONNECTED, REASON_LEASE_EXPIRED, Dispatcher
+from schedd.dispatch._dispatcher import Dispatcher
 from schedd.dispatch._pending import Route, accepts, route_of
 
 __all__ = [

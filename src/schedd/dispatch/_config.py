@@ -136,3 +136,8 @@ FENCED_RETRY_S = 0.1
 def always() -> bool:
     """The default ``may_dispatch``: a dispatcher alone (no node session) always may."""
     return True
+
+
+#: Why executions in flight were handed to ``ExecutionAuthority.on_lost``.
+REASON_DISCONNECTED = "worker disconnected"
+REASON_LEASE_EXPIRED = "lease expired"

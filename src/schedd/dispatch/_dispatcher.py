@@ -13,6 +13,8 @@ from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument
 from schedd.dispatch._config import (
     FENCED_RETRY_S,
+    REASON_DISCONNECTED,
+    REASON_LEASE_EXPIRED,
     DispatchConfig,
     DispatchStats,
     ExecutionAuthority,
@@ -25,15 +27,13 @@ from schedd.dispatch._result_settler import ResultSettler
 from schedd.dispatch._servicer import WorkerStreamServicer
 from schedd.dispatch._session import WorkerSession, least_loaded
 from schedd.dispatch._supervision import SupervisedLoop, guarded
+from schedd.dispatch._vouch import unlimited, vouch
 from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 _DEFAULT_CONFIG = DispatchConfig()
 _NOOP_RECORDER = NoopRecorder()
-
-REASON_DISCONNECTED = "worker disconnected"
-REASON_LEASE_EXPIRED = "lease expired"
 
 
 class Dispatcher:
@@ -50,13 +50,12 @@ class Dispatcher:
           handed to :meth:`ExecutionAuthority.on_lost` (expired ones also get a Cancel).
         * Dispatches with no eligible worker wait in memory, in order, until one connects.
         * :meth:`hold` sends executions ahead of their instant (``start_at_ms``) only to a
-          worker that asked for prefetch, each with one of its prefetch credits; their lease
-          runs from the instant, not from the send.
+          worker that asked for prefetch, with a prefetch credit; their lease runs from the
+          instant. Each reaper tick renews the node's promise to such workers (``_vouch``).
 
-    Lifecycle: :meth:`start` starts the lease reaper and the result settler, both supervised
-    (a failure is logged with its traceback and the loop restarted after
-    ``restart_delay_ms``); :meth:`stop` ends dispatching, settles what arrived (if graceful)
-    and ends every stream. All methods must be called on the event loop the gRPC server runs on.
+    Lifecycle: :meth:`start` starts the lease reaper and the result settler, supervised
+    (restarted after ``restart_delay_ms`` when they fail); :meth:`stop` ends dispatching,
+    settles what arrived (if graceful) and ends every stream. Use on the server's loop.
     """
 
     def __init__(
@@ -76,17 +75,15 @@ class Dispatcher:
             config: Pacing, leases and timeouts.
             clock: Every reading and wait of the dispatcher's goes through it.
             recorder: Where metrics go (no dispatch event is reported yet).
-
-        ``may_dispatch`` says whether anything may be handed out now; the node ties it to its
-        session's self-fencing (a node that may have lost its lease sends nothing).
         """
         self.node_id = node_id
         self.config = config
         self.stats = DispatchStats()
         self.recorder = recorder
-        self.may_dispatch: Callable[[], bool] = always
+        self.may_dispatch: Callable[[], bool] = always  # the node's self-fencing says no
         self._authority = authority
         self._clock: Clock = clock or SystemClock()
+        self.live_until_ms: Callable[[], int] = unlimited(self._clock)  # see _vouch
         self._sessions: dict[int, WorkerSession] = {}
         self._next_session_id = 0
         self._pending = PendingDispatches()
@@ -279,6 +276,7 @@ class Dispatcher:
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             lease_timeout_ms=self.config.lease_timeout_ms,
             now_ms=self._clock.now_ms(),
+            live_until_ms=self.live_until_ms(),
         )
 
     async def reap_expired(self) -> list[InFlight]:
@@ -497,4 +495,5 @@ class Dispatcher:
         interval = max(1, self.config.reap_interval_ms) / 1000.0
         while True:
             await self._clock.sleep(interval)
+            vouch(self._sessions.values(), self.live_until_ms(), self._clock.now_ms())
             await self.reap_expired()

@@ -108,6 +108,12 @@ class WorkerSession:
             self._stats.acks_sent += 1
             self._added()
 
+    def send_vouch(self, live_until_ms: int) -> None:
+        """Promises the worker this node holds its fences until then (see ``_vouch``); sent now."""
+        self._batch.live_until_ms = live_until_ms
+        self._added()
+        self.flush()
+
     def _added(self) -> None:
         self._items += 1
         if self._ready:

@@ -121,6 +121,7 @@ class Node:
         self.firer.dispatcher = self.dispatcher
         # Self-fencing: nothing is fired or handed out while the session may have expired.
         self.firer.may_act = self.dispatcher.may_dispatch = self._may_act
+        self.dispatcher.live_until_ms = self._live_until_ms
         self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
         self.api = NodeApi(self.jobs, self.history, self, self.clock)
         await self._serve()
@@ -138,6 +139,13 @@ class Node:
         """Whether this node's session is certainly alive (see ``Session.may_act``)."""
         session = self._session
         return session is not None and session.may_act()
+
+    def _live_until_ms(self) -> int:
+        """The instant (this node's clock) until which it certainly holds its fences: what it
+        promises workers holding its executions (0: no promise)."""
+        session = self._session
+        left_s = session.acting_for_s() if session is not None else 0.0
+        return self.clock.now_ms() + int(left_s * 1000) if left_s > 0 else 0
 
     def _run_supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         task = asyncio.create_task(

@@ -278,6 +278,7 @@ class Welcome(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     LEASE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     NOW_MS_FIELD_NUMBER: _builtins.int
+    LIVE_UNTIL_MS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     heartbeat_interval_ms: _builtins.int
     """How often the worker should heartbeat a running execution."""
@@ -285,6 +286,8 @@ class Welcome(_message.Message):
     """An execution whose lease is not renewed within this is redelivered."""
     now_ms: _builtins.int
     """The node's clock when it sent this: a worker starts held executions on the node's clock."""
+    live_until_ms: _builtins.int
+    """See NodeBatch.live_until_ms: the node's first promise on this stream."""
     def __init__(
         self,
         *,
@@ -292,10 +295,11 @@ class Welcome(_message.Message):
         heartbeat_interval_ms: _builtins.int = ...,
         lease_timeout_ms: _builtins.int = ...,
         now_ms: _builtins.int = ...,
+        live_until_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_ms", b"heartbeat_interval_ms", "lease_timeout_ms", b"lease_timeout_ms", "node_id", b"node_id", "now_ms", b"now_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_ms", b"heartbeat_interval_ms", "lease_timeout_ms", b"lease_timeout_ms", "live_until_ms", b"live_until_ms", "node_id", b"node_id", "now_ms", b"now_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -434,6 +438,14 @@ class NodeBatch(_message.Message):
     DISPATCHES_FIELD_NUMBER: _builtins.int
     CANCELS_FIELD_NUMBER: _builtins.int
     ACKS_FIELD_NUMBER: _builtins.int
+    LIVE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    live_until_ms: _builtins.int
+    """When set: the node vouches that it holds the fences of its partitions until this instant
+    (its clock). It sends a fresh promise every few hundred ms while it is sure of its lease,
+    and none once it is not. A worker starts an execution held from this node only if its
+    start_at_ms is before the latest promise; otherwise it gives it back unstarted (CANCELLED),
+    so a frozen or cut-off node's held work does not start beside the new owner's.
+    """
     @_builtins.property
     def dispatches(self) -> _containers.RepeatedCompositeFieldContainer[Global___Dispatch]: ...
     @_builtins.property
@@ -446,10 +458,11 @@ class NodeBatch(_message.Message):
         dispatches: _abc.Iterable[Global___Dispatch] | None = ...,
         cancels: _abc.Iterable[Global___Cancel] | None = ...,
         acks: _abc.Iterable[Global___ResultAck] | None = ...,
+        live_until_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "cancels", b"cancels", "dispatches", b"dispatches"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "cancels", b"cancels", "dispatches", b"dispatches", "live_until_ms", b"live_until_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

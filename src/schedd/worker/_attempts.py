@@ -32,6 +32,10 @@ SHUTDOWN_REASON = "worker shutting down"
 _FREEZE_AFTER = 256
 
 
+#: Why a held execution was given back unstarted (see ``Attempts._unvouched``).
+UNVOUCHED_REASON = "its node no longer vouched for its partitions at the start instant"
+
+
 class Attempts:
     """Dispatches in, results out, for one run of a worker.
 
@@ -195,20 +199,39 @@ class Attempts:
             return
         local_ms = d.start_at_ms - conn.clock_offset_ms
         if local_ms <= self._clock.now_ms() and self._active < self.capacity:
-            self._on_dispatch(conn, d, held=True, checked=True)
+            if d.start_at_ms > conn.node_live_until_ms:
+                self._unvouched(conn, d)
+            else:
+                self._on_dispatch(conn, d, held=True, checked=True)
             return
         old = hold.add(Held(conn, d, local_ms, self._prepare(conn, d, held=True)))
         if old is not None:  # the node sent it again (a new token): the old one is void
             self._give_back(old.conn, held=True)
 
     def _start_held(self, h: Held) -> None:
-        """A held execution's instant came (and a slot is free): run it."""
+        """A held execution's instant came (and a slot is free): run it, if its node still
+        vouches for it (see ``NodeBatch.live_until_ms``)."""
+        if h.dispatch.start_at_ms > h.conn.node_live_until_ms:
+            self._unvouched(h.conn, h.dispatch)
+            return
         ex = h.ex
         if ex is not None and h.eid not in self.running and self.pool.accepting:
             self._active += 1  # the common case: what _on_dispatch and _start would do
             self._begin(ex)
             return
         self._on_dispatch(h.conn, h.dispatch, held=True, checked=True, prepared=ex)
+
+    def _unvouched(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
+        """Its instant came after the latest promise of the node that sent it (the node may
+        have lost its partitions since): give it back unstarted; its owner hands it out again."""
+        log.warning(
+            "held execution %s not started: node %s promised its partitions only until %d",
+            d.execution_id,
+            conn.endpoint,
+            conn.node_live_until_ms,
+        )
+        conn.add_result(self.result(d, worker_pb2.OUTCOME_CANCELLED, error=UNVOUCHED_REASON))
+        self._give_back(conn, held=True)
 
     def _cancel_held(self, c: worker_pb2.Cancel) -> bool:
         h = self.hold.by_id.get(c.execution_id)

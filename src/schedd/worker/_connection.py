@@ -177,6 +177,9 @@ class NodeConnection:
         #: this stream sent ahead of their instant that hold a prefetch slot.
         self.hold_unused = 0
         self.held = 0
+        #: The node's latest promise that it holds its partitions until then (its clock, ms;
+        #: ``NodeBatch.live_until_ms``): held executions start only before it.
+        self.node_live_until_ms = 0
         #: The node's clock minus the worker's, measured at the Welcome (ms).
         self.clock_offset_ms = 0
         self.messages_received = 0
@@ -367,6 +370,7 @@ class NodeConnection:
             self.welcome = first.welcome
             if first.welcome.now_ms:
                 self.clock_offset_ms = first.welcome.now_ms - self._owner.clock_ms()
+            self.node_live_until_ms = first.welcome.live_until_ms
             log.info("connected to node %s at %s", first.welcome.node_id, self.endpoint)
             self.live = True
             self._owner.stream_opened(self)
@@ -416,6 +420,8 @@ class NodeConnection:
             self.messages_received += 1
             kind = msg.WhichOneof("kind")
             if kind == "batch":
+                if msg.batch.live_until_ms:
+                    self.node_live_until_ms = msg.batch.live_until_ms
                 self._owner.on_node_batch(self, msg.batch)
             elif kind == "welcome":
                 self.welcome = msg.welcome
