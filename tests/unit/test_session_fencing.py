@@ -100,3 +100,17 @@ def test_a_fenced_dispatcher_holds_nothing() -> None:
     d.may_dispatch = lambda: False
     ds = [worker_pb2.Dispatch(execution_id="j@1", start_at_ms=10)]
     assert d.hold(ds) == ds
+
+
+async def test_the_promise_to_holding_workers_ends_before_the_lease_and_after_acting() -> None:
+    async def hang(lease_id: int) -> int:
+        await asyncio.Event().wait()
+        return 0
+
+    session, clock = await _session(hang)  # TTL 4 s, margin 1 s
+    assert session.held_for_s() == 3.5  # the lease's end less half the margin
+    await _run_for(clock, 2.0)
+    assert session.may_act() and session.held_for_s() == 1.5
+    await _run_for(clock, 1.05)
+    assert session.held_for_s() == 0.0, "no promise once the session may not act"
+    await session.close()

@@ -77,12 +77,17 @@ class Session:
         """Whether the lease is certainly alive for a while yet (see the class docstring)."""
         return not self.done.is_set() and self._clock.monotonic() < self._fence_at()
 
-    def acting_for_s(self) -> float:
-        """How much longer (seconds) the session may act without another keep-alive; 0 when
-        it may not act now. What the node promises workers that hold its executions."""
-        if self.done.is_set():
+    def held_for_s(self) -> float:
+        """How much longer (seconds) the lease certainly holds, less a safety margin of
+        ``margin_s / 2`` for clock error between processes; 0 when the session may not act.
+
+        What the node promises workers that hold its executions: they start one only at an
+        instant before the promise, when no other node can have taken the partition yet
+        (a new owner claims only after the lease expired). Later than :meth:`may_act`'s
+        limit, which also covers dispatches still on their way."""
+        if not self.may_act():
             return 0.0
-        return max(0.0, self._fence_at() - self._clock.monotonic())
+        return max(0.0, self._expires_at - self.margin_s / 2 - self._clock.monotonic())
 
     def _fence_at(self) -> float:
         return self._expires_at - self.margin_s

@@ -313,6 +313,7 @@ class Dispatcher:
             max_batch=self.config.max_batch,
             flush_interval_ms=self.config.flush_interval_ms,
             stats=self.stats,
+            promise=(lambda: self.live_until_ms()) if hello.prefetch else None,  # noqa: PLW0108 - follows reassignment
         )
         self._sessions[session.session_id] = session
         log.info("worker %s connected (queues %s)", hello.worker_id, list(hello.queues))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from schedd.dispatch._config import DispatchStats, InFlight
 from schedd.v1 import scheduler_pb2, worker_pb2
@@ -46,6 +47,7 @@ class WorkerSession:
         flush_interval_ms: int,
         stats: DispatchStats,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        promise: Callable[[], int] | None = None,
     ) -> None:
         self.session_id = session_id
         self.hello = hello
@@ -69,6 +71,9 @@ class WorkerSession:
         # (one message of the whole credit window made node and worker take turns).
         self._max_items = max(self._max_batch, min(4 * self._max_batch, hello.capacity // 2))
         self._stats = stats
+        # The node's promise to a worker that holds executions (see _vouch): every message
+        # carries a fresh one, so held work never waits on the next periodic vouch.
+        self._promise = promise
         self._message, self._batch = _new_message()
         self._items = 0
         self._bytes = 0
@@ -146,6 +151,8 @@ class WorkerSession:
     def _detach(self) -> worker_pb2.NodeMessage:
         """The current message, replaced by a new empty one."""
         msg = self._message
+        if self._promise is not None:
+            msg.batch.live_until_ms = self._promise()
         self._stats.node_messages_sent += 1
         self._message, self._batch = _new_message()
         self._items = self._bytes = 0

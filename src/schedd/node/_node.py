@@ -144,7 +144,7 @@ class Node:
         """The instant (this node's clock) until which it certainly holds its fences: what it
         promises workers holding its executions (0: no promise)."""
         session = self._session
-        left_s = session.acting_for_s() if session is not None else 0.0
+        left_s = session.held_for_s() if session is not None else 0.0
         return self.clock.now_ms() + int(left_s * 1000) if left_s > 0 else 0
 
     def _run_supervised(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
