@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,7 +21,7 @@ import pytest
 from integration.cluster_harness import Harness, eventually, node_config
 from schedd._clock import SystemClock
 from schedd._errors import Unavailable
-from schedd.dev import EtcdCluster, EtcdProcess
+from schedd.dev import EtcdCluster, EtcdProcess, free_port
 from schedd.node import Node
 from schedd.store import EtcdConfig, FaultPlan, MemoryKV, partition_of
 
@@ -348,3 +349,35 @@ async def test_a_node_resumed_after_a_pause_past_its_lease_hands_out_nothing_sta
     stale = [tok for at, tok in tokens if at >= resumed and tok <= revision]
     assert not stale, f"started after the pause under tokens of the lost epoch: {stale}"
     assert any(at >= resumed for at, _ in tokens), "fires resume under the new session"
+
+
+async def test_a_node_on_a_data_dir_still_held_says_so_in_one_line(
+    etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path
+) -> None:
+    """The second `schedd node` on a data dir the first still holds exits with a clear line
+    (before, RocksDB's LOCK error came out as a traceback)."""
+    schedd = str(Path(sys.executable).parent / "schedd")
+    data = tmp_path / "shared-data"
+    args = ["--etcd", etcd_server.endpoint, "--prefix", etcd_prefix.decode(),
+            "--data-dir", str(data), "--partitions", "2"]  # fmt: skip
+    first = await asyncio.create_subprocess_exec(
+        schedd, "node", "--listen", f"127.0.0.1:{free_port()}", "--node-id", "a", *args,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert first.stderr is not None
+        line = await asyncio.wait_for(first.stderr.readline(), 30)
+        while b"listening" not in line:
+            line = await asyncio.wait_for(first.stderr.readline(), 30)
+        second = await asyncio.create_subprocess_exec(
+            schedd, "node", "--listen", f"127.0.0.1:{free_port()}", "--node-id", "b", *args,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(second.communicate(), 30)
+        text = err.decode().strip()
+        assert second.returncode not in (0, None)
+        assert "Traceback" not in text and len(text.splitlines()) == 1, text
+        assert "in use by another process" in text and str(data) in text
+    finally:
+        first.terminate()
+        await asyncio.wait_for(first.wait(), 30)

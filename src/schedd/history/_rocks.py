@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import WriteBatch
 
+from schedd._rocksdb import open_rocksdb
 from schedd.v1 import execution_pb2
 
 _MAX_MS = 9_999_999_999_999
@@ -29,8 +30,7 @@ class History:
     """Append-mostly store of finished executions with a TTL."""
 
     def __init__(self, path: Path, *, ttl_ms: int = 7 * 86_400_000) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        self._db = Rdict(str(path), Options(raw_mode=True))
+        self._db = open_rocksdb(path, "run history")
         self.ttl_ms = ttl_ms
 
     def close(self) -> None:

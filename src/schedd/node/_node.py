@@ -99,14 +99,16 @@ class Node:
 
     async def start(self) -> None:
         cfg = self.config
+        # First: a data dir still held by another process (one still stopping) fails here,
+        # with a clear FailedPrecondition, before anything touches the store.
+        self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
+        self.history.prune(self.clock.now_ms())
         self.kv: KV = self._given_kv or await connect_etcd(cfg.etcd)
         meta = await init_cluster(self.kv, self.keys, cfg.partitions)
         if meta.partitions != cfg.partitions:
             log.warning("cluster has %d partitions (fixed at init); using that", meta.partitions)
         self.config = cfg = replace(cfg, partitions=meta.partitions)
         self.cluster_id = meta.cluster_id
-        self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
-        self.history.prune(self.clock.now_ms())
         self.partitions = OwnedPartitions(cfg.partitions)
         self.firer = Firer(cfg, self.clock, self.history)
         self.settler = Settler(

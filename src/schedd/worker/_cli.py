@@ -6,6 +6,7 @@ import importlib
 import logging
 from pathlib import Path
 
+from schedd._errors import SchedError
 from schedd.worker._config import WorkerConfig
 from schedd.worker._worker import Worker
 
@@ -58,5 +59,9 @@ def run_worker_from_cli(
         return 2
     if not worker.handler_names:
         log.warning("no handlers registered: this worker will only run nothing")
-    worker.run_sync()
+    try:
+        worker.run_sync()
+    except SchedError as e:  # e.g. the data dir is held by a worker still running
+        log.error("cannot run worker: %s", e)
+        return 1
     return 0

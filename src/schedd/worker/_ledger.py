@@ -9,8 +9,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import WriteBatch
 
+from schedd._rocksdb import open_rocksdb
 from schedd.v1 import worker_pb2
 
 _LEDGER = b"L"
@@ -39,8 +40,7 @@ class Ledger:
     """
 
     def __init__(self, path: str | Path) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        self._db = Rdict(str(path), Options(raw_mode=True))
+        self._db = open_rocksdb(Path(path), "worker ledger")
         self._lock = threading.Lock()
         self._buffer: dict[str, worker_pb2.Result] = {}
         self._closed = False
