@@ -176,6 +176,16 @@ class MemoryKV:
                 out.append(kv)
         return out
 
+    def changes_after(self, revision: int) -> list[tuple[int, list[WatchEvent]]]:
+        """Every committed change after ``revision``, oldest first, as (revision, events).
+
+        For checkers in simulations: it neither yields to the loop nor draws faults, so a
+        checker sees exactly what the store committed, in order. Changes compacted away are
+        not returned (nothing compacts unless :meth:`compact` is called).
+        """
+        first = bisect.bisect_right(self._events, revision, key=lambda e: e[0])
+        return self._events[first:]
+
     # -- writes ------------------------------------------------------------------------------
 
     async def txn(
