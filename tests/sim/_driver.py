@@ -226,13 +226,14 @@ class Simulation:
             fail_before=rng.choice((0.0, 0.1, 0.3)),
             fail_after=rng.choice((0.0, 0.1, 0.3)),
             fail_reads=rng.choice((0.0, 0.1, 0.3)),
+            break_watches=rng.choice((0.0, 0.1, 0.3)),
         )
         span = rng.uniform(1.0, 2.0) * self.config.ttl_s
         self._faults_until = self.clock.monotonic() + span
         self.kv.faults = plan
         self.trace(
             f"faults before={plan.fail_before} after={plan.fail_after} "
-            f"reads={plan.fail_reads} for {span:.2f}s"
+            f"reads={plan.fail_reads} watches={plan.break_watches} for {span:.2f}s"
         )
 
     def _settle(self) -> None:

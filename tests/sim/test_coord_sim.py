@@ -15,8 +15,11 @@ import pytest
 from sim._driver import SimResult, run_seed
 
 DEFAULT_SEEDS = 1000
-#: Seeds that once found something; they run every time, whatever SCHEDD_SIM_SEEDS says.
-REGRESSION_SEEDS: tuple[int, ...] = ()
+#: Seeds that once found something (with the default SimConfig of their commit); they run
+#: every time, whatever SCHEDD_SIM_SEEDS says.
+REGRESSION_SEEDS: tuple[int, ...] = (
+    1,  # the nodes/ mirror paused on the system clock after a broken watch (8b3ecde)
+)
 
 
 def _failures(seeds: range | tuple[int, ...], stop_after: int = 3) -> list[SimResult]:
