@@ -9,19 +9,23 @@ step it may inject one event, drawn from ``random.Random(seed)``:
   with a wall-clock skew of up to ``max_skew_ms`` (well inside the ownership limit);
 * crash: the gate closes for good; nothing is released, the lease expires on the clock;
 * pause: the gate closes for 0.5..3 TTLs, then opens again (a zombie when past its lease);
+* cut off: for 0.5..3 TTLs every call of the node fails (sent or not) and its watches break,
+  while the node runs on;
 * leave: ``release_all``, then membership and session close;
 * faults: ``kv.faults = FaultPlan(...)`` with random chances of failing writes before and
   after they apply and failing reads, for 1..2 TTLs.
 
-After ``steps`` the faults stop, paused nodes resume, a node joins if none is up, and the
-cluster runs ``quiet_ttls`` session TTLs without events; then the liveness invariant is
-checked. The trace (events and what nodes reported, with clock time and store revision) and a
-digest of the store's revisions and owners at every step make a seed's run comparable.
+After ``steps`` the faults stop, paused nodes resume, cut-off nodes reconnect, a node joins
+if none is up, and the cluster runs ``quiet_ttls`` session TTLs without events; then the
+liveness invariant is checked. The trace (events and what nodes reported, with clock time
+and store revision) and a digest of the store's revisions and owners at every step make a
+seed's run comparable.
 
-What is not simulated: network partitions between nodes and the store other than store
-faults (a node cut off is a node whose calls fail, which the faults cover only cluster-wide),
-message delay beyond one loop turn, watch streams that break or lag, compaction, and
-clock drift (skew is fixed per process). The node's partition runners are reduced to the
+What is not simulated: partial partitions (a node reaching some store members but not
+others; MemoryKV is one linearizable store), message delay beyond one loop turn, watches
+that lag (they break, with the store faults), compaction, and clock drift (skew is fixed
+per process); per-node skew stays within the ownership limit unless ``max_skew_ms`` says
+otherwise. The node's partition runners are reduced to the
 ledger workload of :mod:`sim._node`; claiming fires and re-tokening are not simulated.
 """
 
@@ -56,6 +60,7 @@ class SimConfig:
     p_pause: float = 0.02
     p_leave: float = 0.012
     p_faults: float = 0.03
+    p_cut: float = 0.03
     ttl_s: int = 3
 
 
@@ -137,6 +142,9 @@ class Simulation:
             if node.status == "paused" and node.paused_until <= now:
                 node.resume()
                 self.trace(f"resume {node.node_id}")
+            if node.kv.cut_off and node.cut_until <= now:
+                node.kv.cut_off = False
+                self.trace(f"reconnect {node.node_id}")
         if self.kv.faults is not None and self._faults_until <= now:
             self.kv.faults = None
             self.trace("faults off")
@@ -171,6 +179,7 @@ class Simulation:
             (c.p_pause, self._pause),
             (c.p_leave, self._leave),
             (c.p_faults, self._faults),
+            (c.p_cut, self._cut),
         ):
             if draw < chance:
                 event()
@@ -212,6 +221,12 @@ class Simulation:
             self.trace(f"pause {node.node_id} for {pause_s:.2f}s")
             node.pause(self.clock.monotonic() + pause_s)
 
+    def _cut(self) -> None:
+        if node := self._pick():
+            cut_s = self.rng.uniform(0.5, 3.0) * self.config.ttl_s
+            self.trace(f"cut off {node.node_id} for {cut_s:.2f}s")
+            node.kv.cut_off, node.cut_until = True, self.clock.monotonic() + cut_s
+
     def _leave(self) -> None:
         if node := self._pick():
             self.trace(f"leave {node.node_id}")
@@ -242,6 +257,7 @@ class Simulation:
         for node in self.nodes.values():
             if node.status == "paused":
                 node.resume()
+            node.kv.cut_off = False
         if not self._running():
             self._join()
 

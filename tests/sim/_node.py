@@ -84,20 +84,30 @@ class Gate:
 
 class GatedKV:
     """The shared store as one node sees it: every call waits for the node's gate, before
-    it is sent and again before its answer is returned (see the module docstring)."""
+    it is sent and again before its answer is returned (see the module docstring).
+
+    While :attr:`cut_off` (the node cut off from the store, the network's fault, not the
+    process's) a call fails unsent, an answer in flight is lost (the call may have applied),
+    and a watch stream breaks at its next batch.
+    """
 
     ops = MemoryKV.ops
 
     def __init__(self, kv: MemoryKV, gate: Gate) -> None:
         self._kv = kv
         self._gate = gate
+        self.cut_off = False
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         await self._gate.passage()
-        try:
-            return await fn(*args, **kwargs)
-        finally:
-            await self._gate.passage()
+        if self.cut_off:
+            await asyncio.sleep(0)
+            raise Unavailable("sim: cut off from the store, not sent")
+        result = await fn(*args, **kwargs)
+        await self._gate.passage()
+        if self.cut_off:
+            raise Unavailable("sim: cut off from the store, answer lost")
+        return result
 
     async def close(self) -> None:
         """A node never closes the shared store."""
@@ -159,8 +169,12 @@ class GatedKV:
         self, start: bytes, end: bytes, start_revision: int
     ) -> AsyncIterator[WatchBatch]:
         await self._gate.passage()
+        if self.cut_off:
+            raise Unavailable("sim: cut off from the store, watch not started")
         async for batch in self._kv.watch(start, end, start_revision):
             await self._gate.passage()  # a paused process reads nothing off the stream
+            if self.cut_off:
+                raise Unavailable("sim: cut off from the store, watch broke")
             yield batch
 
 
@@ -226,6 +240,7 @@ class SimNode:
         self.params = params
         self.status = "joining"
         self.paused_until = 0.0
+        self.cut_until = 0.0
         self.believed: dict[int, Fence] = {}
         self.stats = WorkStats()
         self.running_s = 0.0  # clock time spent with the gate open
