@@ -11,9 +11,13 @@ yield, no faults) and keeps its own copy of ``owners/``. It checks:
    was the owner key's create revision at that revision, so per partition the ledger's epochs
    never go backwards and nothing is written under an epoch after a higher one wrote.
    Owner keys are re-created only with higher create revisions.
-3. **Liveness** (:meth:`Checker.check_settled`, after faults stop and the cluster was quiet
+3. **Fires once, tokens only grow** (:mod:`sim._fires`): each ``run/k`` is created once,
+   every rewrite gives it a higher token, ``done/k`` is written once and with the token
+   that was current.
+4. **Liveness** (:meth:`Checker.check_settled`, after faults stop and the cluster was quiet
    for a few TTLs): every partition has exactly one owner, a live eligible node that believes
-   it at that epoch, and no node owns more than ``ceil(P / live eligible nodes)``.
+   it at that epoch, and no node owns more than ``ceil(P / live eligible nodes)``; every
+   fire due when ownership had settled is done three work intervals later.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import math
 from collections.abc import Sequence
 
 from schedd.store import KeyValue, MemoryKV
-from sim._node import KEYS, LEDGER_PREFIX, SimNode, parse_ledger_key
+from sim._keys import FIRES_PREFIX, KEYS, LEDGER_PREFIX, parse_fire_key, parse_ledger_key
+from sim._node import SimNode
 
 
 class Violation(AssertionError):
@@ -41,6 +46,9 @@ class Checker:
         self.last_epoch: dict[int, int] = {}  # partition -> highest epoch created
         self.ledger_epoch: dict[int, int] = {}  # partition -> highest epoch written under
         self.ledger_writes = 0
+        self.claimed: set[tuple[int, int]] = set()
+        self.tokens: dict[tuple[int, int], int] = {}  # (p, fire) -> current token
+        self.done: set[tuple[int, int]] = set()
         self.slowest_learn_s = 0.0
         self._owners_prefix = KEYS.owners_prefix()
 
@@ -53,6 +61,8 @@ class Checker:
             for ev in events:
                 if ev.kv.key.startswith(self._owners_prefix):
                     self._owner_change(revision, ev.kind, ev.kv)
+                elif ev.kind == "put" and ev.kv.key.startswith(FIRES_PREFIX):
+                    self._fire_write(revision, ev.kv)
             self.revision = revision
 
     def _ledger_write(self, revision: int, p: int, epoch: int) -> None:
@@ -69,6 +79,28 @@ class Checker:
                 f"{self.ledger_epoch[p]} to {epoch}"
             )
         self.ledger_epoch[p] = epoch
+
+    def _fire_write(self, revision: int, kv: KeyValue) -> None:
+        if kv.key.endswith(b"/cursor"):
+            return
+        fire = parse_fire_key(kv.key)
+        if b"/run/" in kv.key:
+            if kv.version == 1:
+                if fire in self.claimed:
+                    raise Violation(f"r{revision}: fire {fire} claimed a second time")
+                self.claimed.add(fire)
+            if kv.mod_revision <= self.tokens.get(fire, 0):
+                raise Violation(f"r{revision}: token of {fire} did not grow")
+            self.tokens[fire] = kv.mod_revision
+            return
+        if fire in self.done:
+            raise Violation(f"r{revision}: fire {fire} finished a second time")
+        token = int(kv.value)
+        if token != self.tokens.get(fire):
+            raise Violation(
+                f"r{revision}: {fire} finished under token {token}, current {self.tokens.get(fire)}"
+            )
+        self.done.add(fire)
 
     def _owner_change(self, revision: int, kind: str, kv: KeyValue) -> None:
         p = KEYS.parse_owner_key(kv.key)
@@ -111,7 +143,7 @@ class Checker:
                 raise Violation(f"p{p} has {len(ids)} valid owners: {ids}")
 
     def check_settled(self, nodes: Sequence[SimNode]) -> None:
-        """Invariant 3: one valid, believed owner per partition, shares within the target."""
+        """Invariant 4: one valid, believed owner per partition, shares within the target."""
         live = {n.node_id: n for n in nodes if n.live}
         assert all(n.membership is not None for n in live.values())
         eligible = {i for i, n in live.items() if n.membership and n.membership.info.eligible}
@@ -137,3 +169,10 @@ class Checker:
         for node_id, node in sorted(live.items()):
             if len(node.believed) > share:
                 raise Violation(f"{node_id} owns {len(node.believed)} > ceil(P/n) = {share}")
+
+    def check_fires_done(self, fires_due: int) -> None:
+        """Invariant 4, fires: ``0..fires_due-1`` of every partition are done."""
+        missing = [(p, k) for p in range(self.partitions) for k in range(fires_due)]
+        missing = [fire for fire in missing if fire not in self.done]
+        if missing:
+            raise Violation(f"fires due when ownership settled are not done: {missing[:8]}")

@@ -2,7 +2,7 @@
 
 A node is a process. Everything it does reaches the shared :class:`MemoryKV` through its own
 :class:`GatedKV` and waits for time through its own :class:`NodeClock`, and both pass through
-the node's *gate* (an :class:`asyncio.Event`):
+the node's :class:`Gate`:
 
 * running: the gate is open, calls pass.
 * paused (SIGSTOP, the zombie): the gate is closed. A task stops at its next store call, its
@@ -13,11 +13,14 @@ the node's *gate* (an :class:`asyncio.Event`):
   the node carries on with the beliefs it had, exactly like a process after SIGCONT.
 * crashed (SIGKILL): the gate closes for good. Nothing the node does reaches the store again;
   it releases nothing, so its lease expires on the clock and its keys vanish with it.
+* cut off (:attr:`GatedKV.cut_off`): the process runs but its calls fail (sent or not) and
+  its watches break, as when the network between it and the store is down.
 
 What the node runs is the production coordination code; the sim adds only the partition
-"workload": every ``work_interval_s`` the node appends one ledger entry per partition it
-believes it owns (from ``on_acquired``/``on_lost``), through :meth:`PartitionStore.apply`, so
-every write carries the fence exactly as a partition runner's writes do.
+"workload": every ``work_interval_s``, per partition it believes it owns (from
+``on_acquired``/``on_lost``), one batch through :meth:`PartitionStore.apply`, so every write
+carries the fence exactly as a partition runner's writes do: a ledger entry with the epoch,
+and re-tokening or claiming fires (:mod:`sim._fires`).
 
 When its session is lost the node starts over with a new session under the same id, as a
 supervisor restarting the coordination would; a graceful leave (:meth:`SimNode.leave`) runs
@@ -35,22 +38,11 @@ from typing import Any
 from schedd._clock import ManualClock
 from schedd._errors import FencedOut, Unavailable
 from schedd.coord import Fence, Membership, NodeInfo, OwnershipConfig, PartitionOwnership, Session
-from schedd.store import Keys, KeyValue, MemoryKV, WatchBatch
-from schedd.store._owner import Item, PartitionStore
+from schedd.store import KeyValue, MemoryKV, WatchBatch
+from schedd.store._owner import Item
 from schedd.store.abc import Compare, Op
-
-KEYS = Keys(b"/sim/")
-LEDGER_PREFIX = b"/sim/ledger/"
-
-
-def ledger_key(partition: int, node_id: str, seq: int) -> bytes:
-    """A fresh key per ledger write: ``ledger/{p}/{node}/{seq}`` (value: the epoch)."""
-    return LEDGER_PREFIX + b"%04d/%s/%d" % (partition, node_id.encode(), seq)
-
-
-def parse_ledger_key(key: bytes) -> int:
-    """The partition of a ledger key."""
-    return int(key[len(LEDGER_PREFIX) : len(LEDGER_PREFIX) + 4])
+from sim._fires import FireRunner
+from sim._keys import KEYS, ledger_key
 
 
 class Gate:
@@ -207,6 +199,8 @@ class NodeParams:
     refresh_s: float = 2.0
     rebalance_interval_s: float = 1.0
     work_interval_s: float = 2.0
+    fire_every_s: float = 1.5
+    start_s: float = 0.0  # monotonic time fire 0 is due
 
 
 @dataclass
@@ -250,6 +244,7 @@ class SimNode:
         self.ownership: PartitionOwnership | None = None
         self._trace = trace
         self._seq = 0
+        self.fires = FireRunner(node_id, params.fire_every_s)
         self._leaving = False
         self._release: asyncio.Task[None] | None = None
         self._task = asyncio.create_task(self._life(), name=f"sim-{node_id}")
@@ -350,19 +345,27 @@ class SimNode:
         self.believed[fence.partition] = fence
 
     async def _on_lost(self, partition: int, reason: str) -> None:
-        self.believed.pop(partition, None)
+        fence = self.believed.pop(partition, None)
+        if fence is not None:
+            self.fires.retokened.discard(fence)
 
     async def _work(self) -> None:
-        """The partition runners: one fenced ledger append per believed partition."""
+        """The partition runners. Per tick: results of what was dispatched come back, then
+        per believed partition one fenced batch re-tokens or claims fires (:mod:`sim._fires`)
+        and appends to the partition's ledger (``ledger/{p}/...``, value: the epoch)."""
         ops = MemoryKV.ops
         while True:
             await self.clock.sleep(self.params.work_interval_s)
+            with contextlib.suppress(Unavailable):
+                await self.fires.results(self.kv)  # type: ignore[arg-type]
+            now_s = self.clock.monotonic() - self.params.start_s
             for p, fence in sorted(self.believed.items()):
+                if self.believed.get(p) != fence:
+                    continue  # lost during this tick
                 self._seq += 1
                 put = ops.put(ledger_key(p, self.node_id, self._seq), b"%d" % fence.epoch)
-                store = PartitionStore(self.kv, KEYS, fence)  # type: ignore[arg-type]
                 try:
-                    await store.apply([Item(ops.txn([], [put]))])
+                    await self.fires.tick(self.kv, fence, now_s, Item(ops.txn([], [put])))  # type: ignore[arg-type]
                     self.stats.applied += 1
                 except FencedOut:
                     self.stats.fenced_out += 1

@@ -17,11 +17,14 @@ import pytest
 from sim._driver import SimConfig, SimResult, run_seed
 
 DEFAULT_SEEDS = 1000
-#: (seed, SimConfig overrides) that once found something; they run every time, whatever
-#: SCHEDD_SIM_SEEDS says. A seed names a schedule only with the SimConfig of its commit.
+#: (seed, SimConfig overrides) that find a bug fixed since; they run every time, whatever
+#: SCHEDD_SIM_SEEDS says. A seed names a schedule only with the code and SimConfig of its
+#: commit: when the simulation changes, find the seeds again (revert the fix, run seeds).
+#: The released-partition adoption (a1b2cd4) is rare in random schedules; its regression
+#: test is in tests/unit/test_ownership_memory.py.
 REGRESSION_SEEDS: tuple[tuple[int, dict[str, Any]], ...] = (
-    (1, {}),  # the nodes/ mirror paused on the system clock after a broken watch (8b3ecde)
-    (228, {"p_cut": 0.06}),  # a released partition adopted back from a lagging mirror (a1b2cd4)
+    (3, {}),  # the nodes/ mirror paused on the system clock after a broken watch (8b3ecde)
+    (4, {}),  # the same
 )
 
 
@@ -66,10 +69,13 @@ def test_a_seed_replays_exactly() -> None:
 def test_the_simulation_injects_what_it_claims() -> None:
     """Guards the harness: over a few seeds every kind of event happens, zombies write with
     stale fences and are refused, and the run ends settled."""
-    results = [run_seed(seed) for seed in range(20)]
+    results = [run_seed(seed) for seed in range(12)]
     text = "\n".join(line for r in results for line in r.trace)
-    for event in ("join", "crash", "pause", "resume", "leave", "left", "faults", "session lost"):
-        assert f" {event} " in text or f" {event}" in text, event
+    for event in (
+        *("join", "crash", "pause", "resume", "leave", "left", "cut off", "reconnect"),
+        *("faults", "watches=0.3", "session lost", "join failed"),
+    ):
+        assert event in text, event
     assert sum(r.fenced_out for r in results) > 0
     assert not [r.seed for r in results if r.violation]
 
