@@ -106,6 +106,7 @@ class Simulation:
         self.result = SimResult(seed)
         self._digest = hashlib.sha256()
         self._faults_until = 0.0
+        self.errors: list[str] = []  # ERROR records of the schedd loggers (see run_seed)
         self._next_id = 0
 
     def trace(self, what: str) -> None:
@@ -133,7 +134,13 @@ class Simulation:
             self.checker.check_fires_done(fires_due)
         except Violation as exc:
             self.result.violation = str(exc)
-            self.trace(f"VIOLATION {exc}")
+        except Exception as exc:  # a bug of the harness (or one it provoked): report the seed
+            self.result.violation = f"unexpected {type(exc).__name__}: {exc}"
+        if died := self._died():  # the root cause, when there is one
+            then = f" (then: {self.result.violation})" if self.result.violation else ""
+            self.result.violation = died + then
+        if self.result.violation:
+            self.trace(f"VIOLATION {self.result.violation}")
         await self._halt()
         self.result.digest = self._digest.hexdigest()
         self.result.ledger_writes = self.checker.ledger_writes
@@ -164,6 +171,16 @@ class Simulation:
         self.checker.check_beliefs(list(self.nodes.values()))
         owners = sorted((p, kv.create_revision) for p, kv in self.checker.owners.items())
         self._digest.update(f"{self.kv.revision}{owners}".encode())
+
+    def _died(self) -> str:
+        """A node process that ended by an exception, or an error the coordination logged."""
+        for node in [*self._gone, *self.nodes.values()]:
+            for task in (node.task, node.work):
+                if task and task.done() and not task.cancelled() and task.exception():
+                    return f"{node.node_id} died: {task.exception()!r}"
+        if self.errors:
+            return f"the coordination logged an error: {self.errors[0]}"
+        return ""
 
     def _fires_due(self) -> int:
         """How many fires per partition are due by now."""
@@ -274,15 +291,28 @@ class Simulation:
             self._join()
 
 
+class _Errors(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record.getMessage())
+
+
 def run_seed(seed: int, config: SimConfig | None = None) -> SimResult:
-    """Runs one seed in a fresh event loop; the coordination's own logs are silenced below
-    ERROR (callback failures still show)."""
+    """Runs one seed in a fresh event loop. The coordination's logs below ERROR are silenced
+    (faults make them chatty); an ERROR (a failed callback, a dead loop) fails the seed."""
+    sim = Simulation(seed, config or SimConfig())
     schedd_log = logging.getLogger("schedd")
     level = schedd_log.level
+    handler = _Errors(sim.errors)
     schedd_log.setLevel(logging.ERROR)
+    schedd_log.addHandler(handler)
     try:
-        return asyncio.run(Simulation(seed, config or SimConfig()).run())
+        return asyncio.run(sim.run())
     finally:
+        schedd_log.removeHandler(handler)
         schedd_log.setLevel(level)
 
 

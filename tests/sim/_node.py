@@ -247,7 +247,8 @@ class SimNode:
         self.fires = FireRunner(node_id, params.fire_every_s)
         self._leaving = False
         self._release: asyncio.Task[None] | None = None
-        self._task = asyncio.create_task(self._life(), name=f"sim-{node_id}")
+        self.work: asyncio.Task[None] | None = None  # the partition runners of this session
+        self.task = asyncio.create_task(self._life(), name=f"sim-{node_id}")
 
     @property
     def live(self) -> bool:
@@ -284,7 +285,7 @@ class SimNode:
                 await self.clock.sleep(self.params.ttl_s / 3)  # back off, then try again
                 continue
             assert self.ownership is not None and self.membership is not None
-            work = asyncio.create_task(self._work(), name=f"sim-work-{self.node_id}")
+            self.work = work = asyncio.create_task(self._work(), name=f"sim-work-{self.node_id}")
             try:
                 if not self._leaving:
                     await self.ownership.run()

@@ -16,7 +16,7 @@ import pytest
 
 from sim._driver import SimConfig, SimResult, run_seed
 
-DEFAULT_SEEDS = 1000
+DEFAULT_SEEDS = 600
 #: (seed, SimConfig overrides) that find a bug fixed since; they run every time, whatever
 #: SCHEDD_SIM_SEEDS says. A seed names a schedule only with the code and SimConfig of its
 #: commit: when the simulation changes, find the seeds again (revert the fix, run seeds).
