@@ -45,6 +45,19 @@ async def test_a_seeded_fault_plan_replays_exactly() -> None:
     assert True in first and False in first
 
 
+async def test_a_broken_watch_raises_and_a_new_watch_resumes_where_it_broke() -> None:
+    kv = MemoryKV()
+    await kv.put(b"a", b"1")
+    kv.faults = FaultPlan(random.Random(1), break_watches=1.0)
+    with pytest.raises(Unavailable, match="watch stream broke"):
+        async for _ in kv.watch(b"a", b"b", 2):
+            raise AssertionError("a batch was delivered")
+    kv.faults = None
+    async for batch in kv.watch(b"a", b"b", 2):
+        assert batch.revision == 2
+        break
+
+
 async def test_expiry_on_a_manual_clock_reaches_a_waiting_watch() -> None:
     clock = ManualClock(0)
     kv = MemoryKV(clock=clock)

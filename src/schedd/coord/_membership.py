@@ -109,7 +109,7 @@ class Membership:
         self.info = info
         self._clock = clock
         self.refresh_s = refresh_s
-        self._mirror = PrefixMirror(kv, keys.nodes_prefix())
+        self._mirror = PrefixMirror(kv, keys.nodes_prefix(), clock=clock)
         self._nodes: dict[str, NodeInfo] = {}
         self._samples: dict[str, int] = {}  # peer id -> own_now - peer clock_ms
         self._revs: dict[str, int] = {}  # peer id -> mod revision of the record last seen

@@ -130,6 +130,8 @@ class PartitionOwnership:
         self._mirror = PrefixMirror(kv, keys.owners_prefix(), clock=self._clock)
         self._owned: dict[int, Fence] = {}
         self._undeleted: dict[int, Fence] = {}  # released, but the delete did not get through
+        # Released by this node, until the owners mirror no longer shows them: never adopted.
+        self._released: set[Fence] = set()
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._stopping = False
@@ -286,6 +288,7 @@ class PartitionOwnership:
         fences = [self._owned.pop(p) for p in partitions if p in self._owned]
         for fence in fences:
             await self._call_lost(fence.partition, reason)
+        self._released.update(fences)
         self._undeleted.update({f.partition: f for f in fences})
         await self._retry_deletes()
         if fences:
@@ -307,18 +310,26 @@ class PartitionOwnership:
         """Owner keys of this session that this node does not know it holds: a claim whose
         answer was lost (etcd applied it, the reply never came). They are this node's (its
         lease), so it takes them up rather than leave them owned by nobody until the session
-        ends."""
+        ends.
+
+        A key this node released is not one of them, though a lagging mirror may still show
+        it after the delete got through (watch broken, re-list failing): it stays in
+        ``_released`` until the mirror has caught up with it."""
         lease = self._session.lease_id
+        shown: set[Fence] = set()
         for key, kv in sorted(self._mirror.items.items()):
             if kv.lease != lease or kv.value != self.node_id.encode():
                 continue
             p = self._keys.parse_owner_key(key)
-            if p in self._owned or p in self._undeleted:
-                continue
             fence = Fence(p, key, kv.create_revision)
+            shown.add(fence)
+            if p in self._owned or p in self._undeleted or fence in self._released:
+                continue
             self._owned[p] = fence
             log.warning("node %s: adopting partition %d (claim answer lost)", self.node_id, p)
             await self._acquired(fence)
+        seen_up_to = self._mirror.revision
+        self._released = {f for f in self._released if f in shown or seen_up_to < f.epoch}
 
     async def _drop_fenced_out(self) -> None:
         """Reports partitions whose owner key vanished or was re-created by someone else."""
@@ -333,6 +344,7 @@ class PartitionOwnership:
 
     async def _lose_all(self, reason: str) -> None:
         self._undeleted.clear()  # the lease is gone, and with it the keys
+        self._released.clear()
         for p in sorted(self._owned):
             del self._owned[p]
             await self._call_lost(p, reason)

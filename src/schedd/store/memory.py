@@ -11,9 +11,10 @@ seeded :class:`FaultPlan`, so a failing schedule replays exactly::
 
 What it leaves out of etcd (the contract suite shows what it keeps): no minimum lease TTL,
 no request size or ops-per-txn limits, no authentication, ``timeout_s`` and ``page`` are
-ignored (a range is one read), a watch delivers one batch per revision and never lags, breaks
-or gets progress notifications by itself, and the history kept for reads in the past and
-watches grows until :meth:`MemoryKV.compact` (nothing compacts on its own).
+ignored (a range is one read), a watch delivers one batch per revision and never lags,
+breaks (unless a :class:`FaultPlan` breaks it) or gets progress notifications, and the
+history kept for reads in the past and watches grows until :meth:`MemoryKV.compact`
+(nothing compacts on its own).
 """
 
 from __future__ import annotations
@@ -45,12 +46,16 @@ class FaultPlan:
         fail_after: chance that a write is applied and then raises Unavailable anyway (the
             caller cannot tell it from ``fail_before``: an unknown outcome).
         fail_reads: chance that a read (get, range, get_many, count) raises Unavailable.
+        break_watches: chance that a watch stream breaks (raises Unavailable) instead of
+            delivering a batch, as etcd's do on leader changes and network trouble; the
+            watcher must re-watch or re-list and carry on.
     """
 
     rng: random.Random
     fail_before: float = 0.0
     fail_after: float = 0.0
     fail_reads: float = 0.0
+    break_watches: float = 0.0
 
     def draw(self, chance: float) -> bool:
         return chance > 0 and self.rng.random() < chance
@@ -175,6 +180,16 @@ class MemoryKV:
             if kv is not None:
                 out.append(kv)
         return out
+
+    def changes_after(self, revision: int) -> list[tuple[int, list[WatchEvent]]]:
+        """Every committed change after ``revision``, oldest first, as (revision, events).
+
+        For checkers in simulations: it neither yields to the loop nor draws faults, so a
+        checker sees exactly what the store committed, in order. Changes compacted away are
+        not returned (nothing compacts unless :meth:`compact` is called).
+        """
+        first = bisect.bisect_right(self._events, revision, key=lambda e: e[0])
+        return self._events[first:]
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -321,6 +336,8 @@ class MemoryKV:
                 next_rev = rev + 1
                 mine = [ev for ev in evs if in_range(ev.kv.key, start, end)]
                 if mine:
+                    if self.faults is not None and self.faults.draw(self.faults.break_watches):
+                        raise Unavailable("injected fault: watch stream broke")
                     yield WatchBatch(rev, mine)
             if not pending:
                 await self._wait_for_change()

@@ -1,0 +1,1 @@
+"""Deterministic simulation of the coordination (sessions, membership, ownership, fencing)."""
