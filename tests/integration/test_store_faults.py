@@ -74,63 +74,16 @@ async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> Asy
 async def test_random_store_faults_lose_and_double_nothing(h: Harness) -> None:
     node = await h.start_node()
     await h.wait_all_owned(node)
-    worker = h.new_worker("w1")
-    effects: list[tuple[str, int]] = []
-
-    @worker.handler("record")
-    async def record(ctx: Any, payload: Any) -> None:
-        effects.append((ctx.job_id, ctx.scheduled_ms))
-
-    h.workers.append((worker, asyncio.create_task(worker.run())))
-    client = await h.connect()
-    jobs = [
-        (
-            await client.create_job(
-                f"faulty-{i}",
-                schedule="* * * * * *",
-                handler="record",
-                misfire="catch_up",
-                catch_up_limit=100,
-            )
-        ).job.id
-        for i in range(12)
-    ]
-    first: dict[str, int] = {}
-
-    def all_fired() -> bool:
-        for job_id, sched in effects:
-            first.setdefault(job_id, sched)
-        return len(first) == len(jobs)
-
-    await eventually(lambda: asyncio.sleep(0, result=all_fired()), bool, what="first fires")
-
+    effects, jobs = await _record_every_second(h, 12)
+    first = await _first_fires(effects, jobs)
     plan = EtcdFaults(seed=20261204, before=0.15, after=0.15)
     inject(node, plan)
     plan.enabled = True
     await asyncio.sleep(8.0)
     plan.enabled = False
-    faults_end = node.clock.now_ms()
     assert sum(plan.counts.values()) >= 8, plan.counts
     assert plan.counts["txn lost answer"] >= 3, plan.counts
-
-    def missing() -> list[tuple[str, int]]:
-        seen = set(effects)
-        return [
-            (job_id, t)
-            for job_id in jobs
-            for t in range(first[job_id], faults_end - 1000, 1000)
-            if (job_id, t) not in seen
-        ]
-
-    await eventually(
-        lambda: asyncio.sleep(0, result=missing()),
-        lambda m: not m,
-        timeout=20,
-        what=f"every fire to run (faults injected: {dict(plan.counts)})",
-    )
-    await asyncio.sleep(1.5)  # results of the last fires are settled; nothing runs twice
-    doubled = {k: n for k, n in Counter(effects).items() if n > 1}
-    assert not doubled, f"fires run more than once: {doubled}"
+    await _every_fire_once(effects, jobs, first, node.clock.now_ms())
     # The node kept every partition and serves: nothing was silently dropped on the way.
     assert len(node.partitions) == node.config.partitions
 
