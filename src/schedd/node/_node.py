@@ -278,14 +278,13 @@ class Node:
         part = self.partitions.get(partition)
         if part is None:
             return
+        # Handed over on purpose: claimed fires are given back first, while the partition
+        # still runs here under a fence that holds (the ownership deletes the key after).
         graceful = reason in ("shutdown", "rebalance", "clock skew")
-        if graceful:  # give back first, while it still runs here (its fence still holds)
-            ids = await part.stop(graceful=True, timeout=self.config.stop_timeout_s)
+        ids = await part.stop(graceful=graceful, timeout=self.config.stop_timeout_s)
         self.partitions.remove(partition)
         self.recorder.ownership_changed()
         self.recorder.partitions_owned(len(self.partitions))
-        if not graceful:
-            ids = await part.stop()
         self.dispatcher.forget(ids)
         for eid in ids:
             job_id, _ = parse_execution_id(eid)
