@@ -5,27 +5,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from integration.cluster_harness import SUCCEEDED, Harness, eventually
 from schedd import AlreadyExists, InvalidArgument, NotFound
-from schedd.dev import EtcdProcess
 from schedd.store import EtcdKV, prefix_end
 from schedd.v1 import execution_pb2
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 def _succeeded(runs: list[execution_pb2.Execution]) -> list[execution_pb2.Execution]:

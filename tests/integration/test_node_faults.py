@@ -20,20 +20,10 @@ import grpc
 import pytest
 
 from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
-from schedd.dev import EtcdProcess
 from schedd.store import prefix_end
 from schedd.v1 import execution_pb2, worker_pb2, worker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 async def test_restart_applies_each_misfire_policy(h: Harness) -> None:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.cluster_harness import Harness, eventually, node_config
-from schedd.dev import EtcdProcess
 from schedd.node import Node
 from schedd.obs import NoopRecorder
 
@@ -33,15 +30,6 @@ class Recording(NoopRecorder):
 
     def dead_lettered(self) -> None:
         self.calls["dead_lettered"] += 1
-
-
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 async def test_the_recorder_sees_ownership_and_dead_letters(h: Harness) -> None:

@@ -12,7 +12,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +60,6 @@ def inject(node: Node, plan: EtcdFaults) -> None:
     kv: Any = node.kv
     for name in ("txn", "range"):
         setattr(kv, name, plan.wrap(name, getattr(kv, name)))
-
-
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 async def test_random_store_faults_lose_and_double_nothing(h: Harness) -> None:
