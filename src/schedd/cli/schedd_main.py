@@ -74,6 +74,22 @@ def main(log_level: str) -> None:
     type=click.IntRange(1, 600_000),
 )
 @click.option(
+    "--lease-timeout-ms",
+    envvar="SCHEDD_LEASE_TIMEOUT_MS",
+    default=15_000,
+    show_default=True,
+    type=click.IntRange(500, 86_400_000),
+    help="a dispatched execution not heartbeated this long is redelivered",
+)
+@click.option(
+    "--heartbeat-interval-ms",
+    envvar="SCHEDD_HEARTBEAT_INTERVAL_MS",
+    default=3_000,
+    show_default=True,
+    type=click.IntRange(100, 3_600_000),
+    help="how often workers are told to heartbeat running executions",
+)
+@click.option(
     "--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False, exists=True)
 )
 @click.option(
@@ -98,6 +114,8 @@ def node(
     prefix: str,
     session_ttl: int,
     max_clock_skew_ms: int,
+    lease_timeout_ms: int,
+    heartbeat_interval_ms: int,
     etcd_ca: str | None,
     etcd_cert: str | None,
     etcd_key: str | None,
@@ -110,6 +128,11 @@ def node(
         endpoints = EtcdConfig.parse_endpoints(etcd_endpoints)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--etcd") from exc
+    if heartbeat_interval_ms >= lease_timeout_ms:
+        raise click.BadParameter(
+            f"{heartbeat_interval_ms} ms must be below --lease-timeout-ms ({lease_timeout_ms} ms)",
+            param_hint="--heartbeat-interval-ms",
+        )
     nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
     cfg = NodeConfig(
         node_id=nid,
@@ -123,6 +146,8 @@ def node(
         data_dir=Path(data_dir or f".schedd-node-{nid}"),
         session_ttl_s=session_ttl,
         max_clock_skew_ms=max_clock_skew_ms,
+        lease_timeout_ms=lease_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
     )
 
     async def run() -> None:

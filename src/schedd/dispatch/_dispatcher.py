@@ -356,6 +356,8 @@ class Dispatcher:
                     "batch.prefetch_credits", "granted by a worker whose Hello asked for none"
                 )
             session.hold_credits += batch.prefetch_credits
+        if batch.HasField("revoke"):
+            session.give_back_credits(batch.revoke)
         if batch.started:
             self._renew(session, [(s.execution_id, s.fencing_token) for s in batch.started])
             started = list(batch.started)

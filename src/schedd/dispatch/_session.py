@@ -113,6 +113,20 @@ class WorkerSession:
             self._stats.acks_sent += 1
             self._added()
 
+    def give_back_credits(self, revoke: worker_pb2.Credits) -> None:
+        """The worker asks for unused credits back (to grant them to another node): return
+        up to what it asked of those not used yet, and say how many, now."""
+        credits = min(max(0, revoke.credits), self.credits)
+        prefetch = min(max(0, revoke.prefetch_credits), self.hold_credits)
+        self.credits -= credits
+        self.hold_credits -= prefetch
+        returned = self._batch.returned
+        returned.SetInParent()  # present even when nothing came back: the answer is the point
+        returned.credits += credits
+        returned.prefetch_credits += prefetch
+        self._added()
+        self.flush()
+
     def send_vouch(self, live_until_ms: int) -> None:
         """Promises the worker this node holds its fences until then (see ``_vouch``); sent now."""
         self._batch.live_until_ms = live_until_ms

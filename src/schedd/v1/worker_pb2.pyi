@@ -215,6 +215,7 @@ class WorkerBatch(_message.Message):
     STARTED_FIELD_NUMBER: _builtins.int
     HEARTBEATS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
+    REVOKE_FIELD_NUMBER: _builtins.int
     credits: _builtins.int
     """Additional credits granted with this message."""
     prefetch_credits: _builtins.int
@@ -227,6 +228,13 @@ class WorkerBatch(_message.Message):
     def heartbeats(self) -> _containers.RepeatedCompositeFieldContainer[Global___Heartbeat]: ...
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___Result]: ...
+    @_builtins.property
+    def revoke(self) -> Global___Credits:
+        """Asks the node to give back up to this many of the credits granted on this stream and not
+        yet used (the worker moves them to a stream that has none: a node that joined or came
+        back). The node answers with NodeBatch.returned. At most one is outstanding per stream.
+        """
+
     def __init__(
         self,
         *,
@@ -235,14 +243,39 @@ class WorkerBatch(_message.Message):
         started: _abc.Iterable[Global___Started] | None = ...,
         heartbeats: _abc.Iterable[Global___Heartbeat] | None = ...,
         results: _abc.Iterable[Global___Result] | None = ...,
+        revoke: Global___Credits | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["revoke", b"revoke"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "heartbeats", b"heartbeats", "prefetch_credits", b"prefetch_credits", "results", b"results", "started", b"started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "heartbeats", b"heartbeats", "prefetch_credits", b"prefetch_credits", "results", b"results", "revoke", b"revoke", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkerBatch: _TypeAlias = WorkerBatch  # noqa: Y015
+
+@_typing.final
+class Credits(_message.Message):
+    """An amount of dispatch credits and prefetch credits."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREDITS_FIELD_NUMBER: _builtins.int
+    PREFETCH_CREDITS_FIELD_NUMBER: _builtins.int
+    credits: _builtins.int
+    prefetch_credits: _builtins.int
+    def __init__(
+        self,
+        *,
+        credits: _builtins.int = ...,
+        prefetch_credits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "prefetch_credits", b"prefetch_credits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Credits: _TypeAlias = Credits  # noqa: Y015
 
 @_typing.final
 class WorkerMessage(_message.Message):
@@ -439,6 +472,7 @@ class NodeBatch(_message.Message):
     CANCELS_FIELD_NUMBER: _builtins.int
     ACKS_FIELD_NUMBER: _builtins.int
     LIVE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    RETURNED_FIELD_NUMBER: _builtins.int
     live_until_ms: _builtins.int
     """When set: the node vouches that it holds the fences of its partitions until this instant
     (its clock). It sends a fresh promise every few hundred ms while it is sure of its lease,
@@ -452,6 +486,12 @@ class NodeBatch(_message.Message):
     def cancels(self) -> _containers.RepeatedCompositeFieldContainer[Global___Cancel]: ...
     @_builtins.property
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResultAck]: ...
+    @_builtins.property
+    def returned(self) -> Global___Credits:
+        """The answer to WorkerBatch.revoke: the credits the node gave back (at most what it had
+        unused when the revoke arrived; possibly none). Present once per revoke.
+        """
+
     def __init__(
         self,
         *,
@@ -459,10 +499,11 @@ class NodeBatch(_message.Message):
         cancels: _abc.Iterable[Global___Cancel] | None = ...,
         acks: _abc.Iterable[Global___ResultAck] | None = ...,
         live_until_ms: _builtins.int = ...,
+        returned: Global___Credits | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["returned", b"returned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "cancels", b"cancels", "dispatches", b"dispatches", "live_until_ms", b"live_until_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "cancels", b"cancels", "dispatches", b"dispatches", "live_until_ms", b"live_until_ms", "returned", b"returned"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,8 +18,9 @@ from schedd._clock import Clock
 from schedd._gc import freeze_survivors
 from schedd.obs import MetricsRecorder
 from schedd.v1 import worker_pb2
-from schedd.worker._connection import CreditPool, NodeConnection
+from schedd.worker._connection import NodeConnection
 from schedd.worker._context import Context, decode_payload
+from schedd.worker._credits import CreditPool
 from schedd.worker._execution import Execution, begin
 from schedd.worker._executor import Executor, Outcome, Runtime, target_kind
 from schedd.worker._hold import Held, HoldQueue

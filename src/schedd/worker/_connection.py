@@ -1,4 +1,4 @@
-"""One worker stream to one node, and the credit pool the worker's streams share.
+"""One worker stream to one node (the credit pool its streams share is in ``_credits``).
 
 A connection knows the worker only through :class:`StreamOwner`, the few calls it makes
 into it, so this module imports nothing else of the worker's.
@@ -11,7 +11,6 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 import grpc
@@ -70,81 +69,6 @@ class StreamOwner(Protocol):
         """Make every recorded result durable (called before each write)."""
 
 
-class CreditPool:
-    """Slots for ``capacity`` concurrent executions, granted out to live streams.
-
-    Invariant: free + (credits granted and unused, over all streams) + (executions holding a
-    slot) == capacity. A freed slot goes to the live stream with the fewest outstanding
-    (unused + running), so a node that joins later gets its share as work finishes.
-
-    With ``hold=True`` the pool counts prefetch credits instead: slots for executions sent
-    ahead of their instant (a stream's ``hold_unused`` and ``held``, granted as
-    ``prefetch_credits``).
-    """
-
-    def __init__(self, capacity: int, *, hold: bool = False) -> None:
-        self.capacity = capacity
-        self.free = capacity
-        self.accepting = True
-        self.hold = hold
-        self._conns: list[NodeConnection] = []
-        self._held = 0
-
-    def attach(self, conn: NodeConnection) -> None:
-        self._conns.append(conn)
-        self.distribute()
-
-    def detach(self, conn: NodeConnection) -> None:
-        if conn in self._conns:
-            self._conns.remove(conn)
-        if self.hold:
-            self.free += conn.hold_unused
-            conn.hold_unused = 0
-        else:
-            self.free += conn.unused
-            conn.unused = 0
-        self.distribute()
-
-    def release(self, n: int = 1) -> None:
-        """Executions (or unused dispatch credits) gave their slots back."""
-        self.free += n
-        if not self._held:
-            self.distribute()
-
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
-        """Collect the slots released inside the block and grant them once, at its end (a
-        NodeBatch of executions that finish at once gives one credit grant, not one each)."""
-        self._held += 1
-        try:
-            yield
-        finally:
-            self._held -= 1
-            if not self._held:
-                self.distribute()
-
-    def _outstanding(self, conn: NodeConnection) -> int:
-        return conn.hold_unused + conn.held if self.hold else conn.unused + conn.running
-
-    def _grant(self, conn: NodeConnection, n: int) -> None:
-        if self.hold:
-            conn.grant_hold(n)
-        else:
-            conn.grant(n)
-
-    def distribute(self) -> None:
-        if not (self.accepting and self.free > 0 and self._conns):
-            return
-        if len(self._conns) == 1:
-            self._grant(self._conns[0], self.free)
-            self.free = 0
-            return
-        while self.free > 0:
-            conn = min(self._conns, key=self._outstanding)
-            self._grant(conn, 1)
-            self.free -= 1
-
-
 class NodeConnection:
     """Keeps a stream to one node open (reconnecting with backoff and jitter) until stopped.
 
@@ -177,6 +101,9 @@ class NodeConnection:
         #: this stream sent ahead of their instant that hold a prefetch slot.
         self.hold_unused = 0
         self.held = 0
+        #: A revoke of dispatch (prefetch) credits was sent and not yet answered.
+        self.revoking = False
+        self.revoking_hold = False
         #: The node's latest promise that it holds its partitions until then (its clock, ms;
         #: ``NodeBatch.live_until_ms``): held executions start only before it.
         self.node_live_until_ms = 0
@@ -208,6 +135,18 @@ class NodeConnection:
     def grant_hold(self, n: int) -> None:
         self.hold_unused += n
         self._batch.prefetch_credits += n
+        self._added()
+
+    def revoke(self, n: int, *, hold: bool) -> None:
+        """Ask the node to give back up to ``n`` unused (prefetch) credits of this stream."""
+        if not self.live:
+            return
+        if hold:
+            self.revoking_hold = True
+            self._batch.revoke.prefetch_credits += n
+        else:
+            self.revoking = True
+            self._batch.revoke.credits += n
         self._added()
 
     def add_started(self, execution_id: str, token: int, started_ms: int) -> None:

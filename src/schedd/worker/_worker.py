@@ -21,7 +21,8 @@ from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
 from schedd.worker._config import WorkerConfig
-from schedd.worker._connection import CreditPool, NodeConnection
+from schedd.worker._connection import NodeConnection
+from schedd.worker._credits import CreditPool
 from schedd.worker._executor import EXECUTOR_KINDS, Executor, Runtime
 from schedd.worker._handler import Handler, HandlerExecutor
 from schedd.worker._ledger import Ledger
@@ -322,6 +323,9 @@ class Worker:
         """Apply what a node sent (see :meth:`Attempts.on_node_batch`)."""
         assert self._attempts is not None
         self._attempts.on_node_batch(conn, batch)
+        if batch.HasField("returned"):  # after its dispatches, which used credits first
+            self.pool.returned(conn, batch.returned.credits)
+            self.holds.returned(conn, batch.returned.prefetch_credits)
 
     def _beat_interval(self) -> float:
         """``heartbeat_interval_s``, else the shortest interval a connected node asked for."""
