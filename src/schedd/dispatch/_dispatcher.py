@@ -23,6 +23,7 @@ from schedd.dispatch._config import (
 )
 from schedd.dispatch._loss import LossReports
 from schedd.dispatch._pending import PendingDispatches, accepts, route_of
+from schedd.dispatch._probes import PROBE_TIMEOUT_MS, ProbeAnswer, Probes
 from schedd.dispatch._result_settler import ResultSettler
 from schedd.dispatch._servicer import WorkerStreamServicer
 from schedd.dispatch._session import WorkerSession, least_loaded
@@ -90,6 +91,7 @@ class Dispatcher:
         self._in_flight: dict[str, InFlight] = {}
         self._session_of: dict[str, WorkerSession] = {}
         self._pump_scheduled = False
+        self.probes = Probes()
         self._losses = LossReports(authority, self.stats, self._clock)
         self._closed = False
         restart_s = config.restart_delay_ms / 1000.0
@@ -156,13 +158,20 @@ class Dispatcher:
                 continue
             self._replace(d)
             session.send_dispatch(d, held=True)
-            deadline = max(now, d.start_at_ms) + lease
-            self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, deadline)
-            self._session_of[d.execution_id] = session
+            self._track(session, d, now, max(now, d.start_at_ms) + lease)
             used.add(session)
         for session in used:
             session.flush()
         return rejected
+
+    def probe(self, dispatches: Sequence[worker_pb2.Dispatch], answer: ProbeAnswer) -> None:
+        """Ask every connected worker that may take each dispatch whether it already runs or
+        ran it (see :mod:`._probes`); ``answer(execution_id, taken)`` says what came of it
+        (at once, False, when no worker may be asked). Taken: it is in flight on the worker
+        that answered, as if dispatched there. Uses no credit."""
+        live = [s for s in self._sessions.values() if not s.closed] if self.may_dispatch() else []
+        deadline = self._clock.now_ms() + PROBE_TIMEOUT_MS
+        self.probes.send(live, dispatches, deadline, answer)
 
     def _replace(self, d: worker_pb2.Dispatch) -> None:
         """Drop what is pending or in flight under ``d``'s execution id (a Cancel to the worker
@@ -200,6 +209,8 @@ class Dispatcher:
         owner hands it out again under a new token.
         """
         now = self._clock.now_ms()
+        execution_ids = list(execution_ids)
+        self.probes.drop(execution_ids)
         for eid in execution_ids:
             self._pending.remove(eid)
             dropped = self._drop_in_flight(eid)
@@ -254,6 +265,7 @@ class Dispatcher:
                 instead of the config's two bounds.
         """
         self._closed = True
+        self.probes.clear()
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         await self._reaper.stop()
         if graceful:
@@ -324,6 +336,7 @@ class Dispatcher:
         session.end()
         if self._sessions.pop(session.session_id, None) is None:
             return
+        self.probes.session_closed(session.session_id)
         lost: list[InFlight] = []
         for eid in list(session.in_flight):
             dropped = self._drop_in_flight(eid)
@@ -358,6 +371,8 @@ class Dispatcher:
             session.hold_credits += batch.prefetch_credits
         if batch.HasField("revoke"):
             session.give_back_credits(batch.revoke)
+        if len(self.probes):
+            self.probes.answers(session, batch, self._probe_taken)
         if batch.started:
             self._renew(session, [(s.execution_id, s.fencing_token) for s in batch.started])
             started = list(batch.started)
@@ -491,12 +506,23 @@ class Dispatcher:
     ) -> None:
         """Send one dispatch on ``session`` (which has a credit) and track it in flight."""
         session.send_dispatch(d)
-        self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, now + lease)
+        self._track(session, d, now, now + lease)
+
+    def _probe_taken(self, session: WorkerSession, d: worker_pb2.Dispatch) -> None:
+        now = self._clock.now_ms()
+        self._track(session, d, now, now + self.config.lease_timeout_ms)
+
+    def _track(self, session: WorkerSession, d: worker_pb2.Dispatch, now: int, until: int) -> None:
+        """``d`` is in flight on ``session`` from ``now``, its lease running to ``until``."""
+        self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, until)
         self._session_of[d.execution_id] = session
+        session.in_flight.add(d.execution_id)
 
     async def _reap_loop(self) -> None:
         interval = max(1, self.config.reap_interval_ms) / 1000.0
         while True:
             await self._clock.sleep(interval)
-            vouch(self._sessions.values(), self.live_until_ms(), self._clock.now_ms())
+            now = self._clock.now_ms()
+            vouch(self._sessions.values(), self.live_until_ms(), now)
+            self.probes.expire(now)
             await self.reap_expired()

@@ -102,6 +102,11 @@ class WorkerSession:
         self._stats.dispatches_sent += 1
         self._added()
 
+    def send_probe(self, dispatch: worker_pb2.Dispatch) -> None:
+        """Buffer a probe (``Dispatch.probe``): no credit, not in flight (see ``_probes``)."""
+        self._batch.dispatches.append(dispatch)
+        self._added()
+
     def send_cancel(self, execution_id: str, token: int, reason: str) -> None:
         self._batch.cancels.add(execution_id=execution_id, fencing_token=token, reason=reason)
         self._stats.cancels_sent += 1

@@ -33,6 +33,8 @@ _HOLDABLE = frozenset({job_pb2.OVERLAP_ALLOW, job_pb2.OVERLAP_POLICY_UNSPECIFIED
 _SKIPPED_REASON = "overlap policy: a previous run of this job is still running"
 #: How much later a fire that came while the node was fenced (see ``Firer.may_act``) retries.
 _FENCED_RETRY_MS = 100
+# Executions due this soon after the hold horizon may have been sent out by a failed owner.
+_PROBE_MARGIN_MS = 1_000
 
 
 def _always() -> bool:
@@ -74,6 +76,48 @@ class Firer:
         if hold > 0 and job is not None and job.overlap in _HOLDABLE:
             return live.ex.due_ms - hold
         return live.ex.due_ms
+
+    def adopt(self, partition: Partition, runs: list[execution_pb2.Execution]) -> None:
+        """Live executions taken over under a new token. Those due within the hold horizon
+        may be out on a worker already (sent, held, running or run by the failed owner):
+        the workers are probed first (see :mod:`schedd.dispatch._probes`), so the one that
+        has it keeps it under the new token instead of another running it again. The rest,
+        and those no worker has, are armed for their instant."""
+        now = self.clock.now_ms()
+        horizon = now + self.config.hold_ms + _PROBE_MARGIN_MS
+        probe: list[Live] = []
+        for ex in runs:
+            live = partition.live[ex.id] = Live(ex)
+            fire_ms = self.prepare(partition, live)
+            if self.dispatcher is not None and ex.due_ms <= horizon:
+                probe.append(live)
+            else:
+                partition.arm_at(live, max(fire_ms, now))
+        if probe:
+            self._probe(partition, probe)
+
+    def _probe(self, partition: Partition, lives: list[Live]) -> None:
+        assert self.dispatcher is not None
+        by_id = {live.ex.id: live for live in lives}
+
+        def answer(execution_id: str, taken: bool) -> None:
+            live = by_id.pop(execution_id, None)
+            if live is None or partition.live.get(execution_id) is not live:
+                return  # it left the partition meanwhile
+            now = self.clock.now_ms()
+            if not taken:
+                partition.arm_at(live, max(self.prepare(partition, live), now))
+                return
+            self._mark_dispatched(live, now)
+            live.message = None
+            live.ex.state = execution_pb2.EXECUTION_DISPATCHED
+            self.running.add(live.ex.job_id, live.ex.id)
+
+        msgs = []
+        for live in lives:
+            assert live.message is not None  # built by prepare
+            msgs.append(live.message)
+        self.dispatcher.probe(msgs, answer)
 
     async def fire(self, partition: Partition, lives: list[Live]) -> None:
         """The wheel fired these: apply overlap policies, dispatch the rest in one batch.

@@ -46,6 +46,11 @@ class Firing(Protocol):
         """The wheel fired these."""
         ...
 
+    def adopt(self, partition: Partition, runs: list[execution_pb2.Execution]) -> None:
+        """Takes over re-tokened executions another epoch (or an unknown write) left: each
+        becomes live in the partition and is armed, or first probed for on the workers."""
+        ...
+
     def cancel(self, partition: Partition, live: Live, reason: str) -> None:
         """This execution left the partition (changed in etcd): stop whatever it is doing."""
         ...

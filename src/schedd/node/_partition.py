@@ -202,8 +202,9 @@ class Partition:
         self.events.partition_failed(self.partition, f"{task.get_name()} crashed: {exc!r}")
 
     async def _adopt(self, runs: Sequence[execution_pb2.Execution]) -> None:
-        """Re-tokens executions that may have been sent out under another token, then arms
-        their timers: what a previous epoch left, and what a failed write left unknown.
+        """Re-tokens executions that may have been sent out under another token, then hands
+        them to firing (which probes workers for those that may be out, and arms the rest):
+        what a previous epoch left, and what a failed write left unknown.
 
         One whose rewrite failed its compare changed meanwhile: its job is doubted, so the
         claim loop re-reads it. Raises what the store raises; nothing is armed then.
@@ -216,12 +217,14 @@ class Partition:
             r.worker_id = ""
             items.append(self.store.rewrite_run(r))
         ok, revs = await self.store.apply_each(items)
+        adopted = []
         for r, good, rev in zip(runs, ok, revs, strict=True):
             if good:
                 r.fencing_token = rev
-                self._arm(r)
+                adopted.append(r)
             else:
                 self.doubt([r.job_id])
+        self.firing.adopt(self, adopted)
 
     def _arm(self, ex: execution_pb2.Execution) -> None:
         live = Live(ex)

@@ -216,6 +216,7 @@ class WorkerBatch(_message.Message):
     HEARTBEATS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
     REVOKE_FIELD_NUMBER: _builtins.int
+    NOT_HERE_FIELD_NUMBER: _builtins.int
     credits: _builtins.int
     """Additional credits granted with this message."""
     prefetch_credits: _builtins.int
@@ -235,6 +236,12 @@ class WorkerBatch(_message.Message):
         back). The node answers with NodeBatch.returned. At most one is outstanding per stream.
         """
 
+    @_builtins.property
+    def not_here(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Answers to probes (Dispatch.probe) for executions this worker neither runs nor has in
+        its ledger: the node may hand them out afresh as far as this worker is concerned.
+        """
+
     def __init__(
         self,
         *,
@@ -244,10 +251,11 @@ class WorkerBatch(_message.Message):
         heartbeats: _abc.Iterable[Global___Heartbeat] | None = ...,
         results: _abc.Iterable[Global___Result] | None = ...,
         revoke: Global___Credits | None = ...,
+        not_here: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["revoke", b"revoke"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "heartbeats", b"heartbeats", "prefetch_credits", b"prefetch_credits", "results", b"results", "revoke", b"revoke", "started", b"started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "heartbeats", b"heartbeats", "not_here", b"not_here", "prefetch_credits", b"prefetch_credits", "results", b"results", "revoke", b"revoke", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -357,6 +365,7 @@ class Dispatch(_message.Message):
     TARGET_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     START_AT_MS_FIELD_NUMBER: _builtins.int
+    PROBE_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     job_id: _builtins.str
     tenant: _builtins.str
@@ -377,6 +386,12 @@ class Dispatch(_message.Message):
     """When set and in the future (node's clock): hold the execution and start it then. Sent only
     to a worker whose Hello asked for prefetch, and only with a prefetch credit.
     """
+    probe: _builtins.bool
+    """A question, not work (no credit used): a node that took over this execution from a
+    failed owner asks whether it already runs or ran here under an older token. Running:
+    the worker adopts this token (answers with Started). In its ledger: it answers with the
+    Result under this token. Otherwise: WorkerBatch.not_here. Nothing is started for a probe.
+    """
     def __init__(
         self,
         *,
@@ -395,10 +410,11 @@ class Dispatch(_message.Message):
         target: _builtins.bytes = ...,
         max_attempts: _builtins.int = ...,
         start_at_ms: _builtins.int = ...,
+        probe: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "deadline_ms", b"deadline_ms", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "handler", b"handler", "has_checkpoint", b"has_checkpoint", "job_id", b"job_id", "max_attempts", b"max_attempts", "payload", b"payload", "queue", b"queue", "scheduled_ms", b"scheduled_ms", "start_at_ms", b"start_at_ms", "target", b"target", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "deadline_ms", b"deadline_ms", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "handler", b"handler", "has_checkpoint", b"has_checkpoint", "job_id", b"job_id", "max_attempts", b"max_attempts", "payload", b"payload", "probe", b"probe", "queue", b"queue", "scheduled_ms", b"scheduled_ms", "start_at_ms", b"start_at_ms", "target", b"target", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

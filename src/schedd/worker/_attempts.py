@@ -115,7 +115,9 @@ class Attempts:
             held = 0
             with self.pool.holding(), self.holds.holding():
                 for d in dispatches:
-                    if d.start_at_ms:
+                    if d.probe:
+                        self._on_probe(conn, d)
+                    elif d.start_at_ms:
                         held += 1
                         conn.hold_unused -= 1
                         conn.held += 1
@@ -174,6 +176,19 @@ class Attempts:
             self._give_back(conn, held)
             return
         self._start(conn, d, previous=current, held=held, prepared=prepared)
+
+    def _on_probe(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
+        """A node that took this execution over asks whether it runs or ran here (see
+        ``Dispatch.probe``): adopt its token, or answer from the ledger, or say not here.
+        Uses no credit and starts nothing. A held one is not here: its old node's promise
+        has lapsed (the new owner took over after the lease), so it is given back unstarted."""
+        ex = self.running.get(d.execution_id)
+        if ex is not None:
+            if d.fencing_token >= ex.dispatch.fencing_token and self._reattach(ex, conn, d):
+                return
+        elif self._answer_from_ledger(conn, d):
+            return
+        conn.add_not_here(d.execution_id)
 
     def _answer_from_ledger(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> bool:
         known = self.ledger.get(d.execution_id)

@@ -155,6 +155,13 @@ class NodeConnection:
         self._started[execution_id] = (token, started_ms)
         self._added()
 
+    def add_not_here(self, execution_id: str) -> None:
+        """The answer to a probe for an execution neither running nor in the ledger here."""
+        if not self.live:
+            return
+        self._batch.not_here.append(execution_id)
+        self._added()
+
     def add_heartbeat(self, execution_id: str, token: int, checkpoint: bytes | None) -> None:
         hb = self._batch.heartbeats.add(execution_id=execution_id, fencing_token=token)
         if checkpoint is not None:
