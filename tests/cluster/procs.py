@@ -222,7 +222,9 @@ class ClusterProcs:
         result: dict[str, Any] = json.loads(out.stdout)
         return result
 
-    def wait_owned(self, nodes: list[str], timeout: float = 30.0) -> dict[str, Any]:
+    def wait_owned(
+        self, nodes: list[str], timeout: float = 30.0, via: str | None = None
+    ) -> dict[str, Any]:
         """Until every partition has an owner among ``nodes`` and each of them owns some."""
 
         def ok(status: dict[str, Any]) -> bool:
@@ -233,8 +235,8 @@ class ClusterProcs:
                 and set(owners) == set(nodes)
             )
 
-        via = nodes[0]
-        return wait_for(lambda: self.status(via), ok, timeout=timeout, what=f"{nodes} to own all")
+        ask = via or nodes[0]
+        return wait_for(lambda: self.status(ask), ok, timeout=timeout, what=f"{nodes} to own all")
 
     def logs(self) -> str:
         return "\n".join(f"--- {n} ---\n{p.tail()}" for n, p in self.procs.items())

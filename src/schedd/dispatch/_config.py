@@ -41,6 +41,11 @@ class DispatchConfig:
             long for loss reports under way (:meth:`ExecutionAuthority.on_lost`) to finish.
         restart_delay_ms: A background loop (the lease reaper, the result settler) that fails
             is logged and started again after this long (on the injected clock).
+        silent_after_ms: A stream that sent nothing this long (workers send at least a
+            keepalive every second, or every ``heartbeat_interval_ms`` if shorter) is
+            *silent*: it is sent nothing more and the executions it holds and has not started
+            go to other workers under new tokens (once the node's last promise to it has
+            lapsed). What it runs stays its own until the lease runs out.
     """
 
     heartbeat_interval_ms: int = 2000
@@ -52,6 +57,7 @@ class DispatchConfig:
     stop_settle_timeout_ms: int = 2000
     stop_reports_timeout_ms: int = 5000
     restart_delay_ms: int = 100
+    silent_after_ms: int = 2500
 
 
 @dataclass
@@ -69,6 +75,8 @@ class InFlight:
     worker_id: str
     dispatched_ms: int
     lease_deadline_ms: int
+    #: The worker said it started (a Started or Heartbeat came under this token).
+    started: bool = False
 
 
 @dataclass
@@ -141,3 +149,4 @@ def always() -> bool:
 #: Why executions in flight were handed to ``ExecutionAuthority.on_lost``.
 REASON_DISCONNECTED = "worker disconnected"
 REASON_LEASE_EXPIRED = "lease expired"
+REASON_WORKER_SILENT = "held by a silent worker"

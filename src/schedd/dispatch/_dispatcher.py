@@ -15,6 +15,7 @@ from schedd.dispatch._config import (
     FENCED_RETRY_S,
     REASON_DISCONNECTED,
     REASON_LEASE_EXPIRED,
+    REASON_WORKER_SILENT,
     DispatchConfig,
     DispatchStats,
     ExecutionAuthority,
@@ -137,7 +138,7 @@ class Dispatcher:
         holders = [
             s
             for s in self._sessions.values()
-            if not s.closed and s.hold_credits > 0 and s.hello.prefetch > 0
+            if not s.closed and not s.silent and s.hold_credits > 0 and s.hello.prefetch > 0
         ]
         if not holders:
             return list(dispatches)
@@ -169,7 +170,8 @@ class Dispatcher:
         ran it (see :mod:`._probes`); ``answer(execution_id, taken)`` says what came of it
         (at once, False, when no worker may be asked). Taken: it is in flight on the worker
         that answered, as if dispatched there. Uses no credit."""
-        live = [s for s in self._sessions.values() if not s.closed] if self.may_dispatch() else []
+        ok = self.may_dispatch()
+        live = [s for s in self._sessions.values() if ok and not (s.closed or s.silent)]
         deadline = self._clock.now_ms() + PROBE_TIMEOUT_MS
         self.probes.send(live, dispatches, deadline, answer)
 
@@ -354,6 +356,11 @@ class Dispatcher:
         are in flight; results that arrive meanwhile are settled together in the next round.
         """
         self.stats.worker_batches_received += 1
+        session.last_heard_ms = self._clock.now_ms()
+        if session.silent:
+            session.silent = False
+            log.info("worker %s answers again; dispatching to it again", session.worker_id)
+            self._schedule_pump()
         if batch.credits < 0:
             raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
         if batch.prefetch_credits < 0:
@@ -436,6 +443,7 @@ class Dispatcher:
                 and flight.dispatch.fencing_token == token
                 and self._session_of.get(eid) is session
             ):
+                flight.started = True
                 flight.lease_deadline_ms = max(flight.lease_deadline_ms, deadline)
 
     def _drop_in_flight(self, execution_id: str) -> tuple[WorkerSession, InFlight] | None:
@@ -462,7 +470,9 @@ class Dispatcher:
         if not self.may_dispatch():  # fenced for now: look again shortly
             asyncio.get_running_loop().call_later(FENCED_RETRY_S, self._schedule_pump)
             return
-        sessions = [s for s in self._sessions.values() if not s.closed and s.credits > 0]
+        sessions = [
+            s for s in self._sessions.values() if not s.closed and not s.silent and s.credits > 0
+        ]
         if not sessions or not len(self._pending):
             return
         now = self._clock.now_ms()
@@ -518,6 +528,31 @@ class Dispatcher:
         self._session_of[d.execution_id] = session
         session.in_flight.add(d.execution_id)
 
+    async def _watch_silence(self, now: int) -> None:
+        """Marks streams silent past ``silence_ms`` and takes back what they hold unstarted
+        once the last promise to them lapsed (they could start it until then). What they
+        run stays theirs until its lease runs out: they may be slow, not gone."""
+        lost: list[InFlight] = []
+        for s in self._sessions.values():
+            if s.closed:
+                continue
+            if not s.silent and now - s.last_heard_ms > self.config.silent_after_ms:
+                s.silent = True
+                log.warning(
+                    "worker %s sent nothing for %d ms: no more work for it; what it holds "
+                    "unstarted goes to other workers",
+                    s.worker_id, now - s.last_heard_ms,
+                )  # fmt: skip
+            if s.silent and now > s.promised_ms:
+                for eid in list(s.in_flight):
+                    flight = self._in_flight.get(eid)
+                    if flight is not None and flight.dispatch.start_at_ms and not flight.started:
+                        self._drop_in_flight(eid)
+                        s.send_cancel(eid, flight.dispatch.fencing_token, REASON_WORKER_SILENT)
+                        lost.append(flight)
+        if lost:
+            await self._losses.report(lost, REASON_WORKER_SILENT)
+
     async def _reap_loop(self) -> None:
         interval = max(1, self.config.reap_interval_ms) / 1000.0
         while True:
@@ -525,4 +560,5 @@ class Dispatcher:
             now = self._clock.now_ms()
             vouch(self._sessions.values(), self.live_until_ms(), now)
             self.probes.expire(now)
+            await self._watch_silence(now)
             await self.reap_expired()

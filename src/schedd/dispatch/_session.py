@@ -61,6 +61,15 @@ class WorkerSession:
         #: Execution ids in flight on this stream.
         self.in_flight: set[str] = set()
         self.closed = False
+        #: When the worker last sent anything (dispatcher's clock): workers send at least a
+        #: keepalive every heartbeat interval, so a long silence means a frozen worker.
+        self.last_heard_ms = connected_ms
+        #: Silent past the dispatcher's ``silent_after_ms``: it gets nothing more (no
+        #: dispatch, hold, probe or promise) until it speaks again.
+        self.silent = False
+        #: The latest promise sent on this stream (``live_until_ms``, node clock): held work
+        #: can start on the worker until then, so it is handed elsewhere only after it.
+        self.promised_ms = 0
         #: Set by the reader when the worker broke the protocol; the stream aborts with it.
         self.error: str | None = None
         self._max_batch = max(1, max_batch)
@@ -170,8 +179,9 @@ class WorkerSession:
     def _detach(self) -> worker_pb2.NodeMessage:
         """The current message, replaced by a new empty one."""
         msg = self._message
-        if self._promise is not None:
+        if self._promise is not None and not self.silent:
             msg.batch.live_until_ms = self._promise()
+        self.promised_ms = max(self.promised_ms, msg.batch.live_until_ms)
         self._stats.node_messages_sent += 1
         self._message, self._batch = _new_message()
         self._items = self._bytes = 0

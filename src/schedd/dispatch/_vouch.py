@@ -30,5 +30,5 @@ def vouch(sessions: Iterable[WorkerSession], live_until_ms: int, now_ms: int) ->
     if live_until_ms <= now_ms:
         return
     for s in sessions:
-        if not s.closed and s.hello.prefetch > 0:
+        if not s.closed and not s.silent and s.hello.prefetch > 0:
             s.send_vouch(live_until_ms)

@@ -215,7 +215,7 @@ class Attempts:
             return
         local_ms = d.start_at_ms - conn.clock_offset_ms
         if local_ms <= self._clock.now_ms() and self._active < self.capacity:
-            if d.start_at_ms > conn.node_live_until_ms:
+            if not self._vouched(conn, d):
                 self._unvouched(conn, d)
             else:
                 self._on_dispatch(conn, d, held=True, checked=True)
@@ -227,7 +227,7 @@ class Attempts:
     def _start_held(self, h: Held) -> None:
         """A held execution's instant came (and a slot is free): run it, if its node still
         vouches for it (see ``NodeBatch.live_until_ms``)."""
-        if h.dispatch.start_at_ms > h.conn.node_live_until_ms:
+        if not self._vouched(h.conn, h.dispatch):
             self._unvouched(h.conn, h.dispatch)
             return
         ex = h.ex
@@ -236,6 +236,13 @@ class Attempts:
             self._begin(ex)
             return
         self._on_dispatch(h.conn, h.dispatch, held=True, checked=True, prepared=ex)
+
+    def _vouched(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> bool:
+        """Its node's latest promise covers both its instant and now (node's clock): a
+        worker that froze past the promise gives it back rather than start it late beside
+        the copy its node handed to another worker meanwhile."""
+        now_node = self._clock.now_ms() + conn.clock_offset_ms
+        return max(d.start_at_ms, now_node) <= conn.node_live_until_ms
 
     def _unvouched(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
         """Its instant came after the latest promise of the node that sent it (the node may

@@ -358,6 +358,12 @@ class NodeConnection:
                 t.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
 
+    def _keepalive_s(self) -> float:
+        """1 s, or the node's heartbeat interval (from its Welcome) if shorter: well under
+        the node's ``silent_after_ms``."""
+        ms = self.welcome.heartbeat_interval_ms if self.welcome is not None else 0
+        return min(1.0, ms / 1000.0) if ms > 0 else 1.0
+
     async def _read_loop(self, call: Any) -> None:
         while True:
             msg = await call.read()
@@ -375,8 +381,19 @@ class NodeConnection:
                 raise ConnectionError(f"unknown NodeMessage kind {kind!r} from {self.endpoint}")
 
     async def _write_loop(self, call: Any) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
-            await self._wake.wait()
+            idle = self._keepalive_s() - (loop.time() - last)
+            if idle > 0 and not self._wake.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), idle)
+            if not self._wake.is_set():
+                # Nothing to say for a heartbeat interval: say so, or the node takes this
+                # stream for a frozen worker's and hands what it holds to another.
+                await call.write(worker_pb2.WorkerMessage(batch=worker_pb2.WorkerBatch()))
+                last = loop.time()
+                continue
             await self._owner.starting()  # a burst of held starts goes first
             self._wake.clear()
             while True:  # sealed batches first, then the current one
@@ -385,6 +402,7 @@ class NodeConnection:
                 if msg is None:
                     break
                 await call.write(msg)
+                last = loop.time()
             if self._closing.is_set():
                 await call.done_writing()
                 return
