@@ -14,13 +14,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-# etcd's server binary; Debian's etcd-server package when it is not on PATH.
+# etcd's server binary; Debian's etcd-server package when it is not on PATH. The tests also
+# use faketime (a node with a skewed clock): installed too when missing, but not required.
 etcd:
 	@command -v etcd >/dev/null 2>&1 || { \
 	  echo "installing etcd-server (apt-get)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
 	@command -v etcd >/dev/null 2>&1 || { echo "etcd is not on PATH after install" >&2; exit 1; }
+	@command -v faketime >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq faketime >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq faketime >/dev/null 2>&1; } || \
+	  echo "faketime not installed: the clock-skew cluster test will be skipped"; }
 
 proto: $(STAMP)
 	PYTHON=$(PY) scripts/gen_proto.sh

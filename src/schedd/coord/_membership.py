@@ -18,6 +18,9 @@ from schedd.store import KV, Keys, KeyValue
 
 log = logging.getLogger(__name__)
 
+#: Skew samples kept per peer (see ``Membership._sample``).
+_KEEP_SAMPLES = 3
+
 Listener = Callable[[], None]
 
 
@@ -112,6 +115,7 @@ class Membership:
         self._mirror = PrefixMirror(kv, keys.nodes_prefix(), clock=clock)
         self._nodes: dict[str, NodeInfo] = {}
         self._samples: dict[str, int] = {}  # peer id -> own_now - peer clock_ms
+        self._recent: dict[str, list[int]] = {}  # peer id -> its last _KEEP_SAMPLES samples
         self._revs: dict[str, int] = {}  # peer id -> mod revision of the record last seen
         self._warned_pair = False
         self._listeners: list[Listener] = []
@@ -221,10 +225,11 @@ class Membership:
             # Only a record that the watch just delivered carries a current clock reading.
             written_now = not listed and self._revs.get(info.node_id) != kv.mod_revision
             if info.node_id != self.node_id and written_now:
-                self._samples[info.node_id] = now - info.clock_ms
+                self._sample(info.node_id, now - info.clock_ms)
         self._nodes = nodes
         self._revs = revs
         self._samples = {p: s for p, s in self._samples.items() if p in nodes}
+        self._recent = {p: s for p, s in self._recent.items() if p in nodes}
         self._warn_on_pair_disagreement()
         self.changed.set()
         for listener in list(self._listeners):
@@ -232,6 +237,15 @@ class Membership:
                 listener()
             except Exception:
                 log.exception("membership listener failed")
+
+    def _sample(self, peer: str, offset_ms: int) -> None:
+        """Keeps the peer's last few samples and uses the one nearest zero: a record that
+        reached this node late (the node was paused, or its watch stalled: the events come
+        all at once) reads as a large false skew, while a real one shows in every sample."""
+        recent = self._recent.setdefault(peer, [])
+        recent.append(offset_ms)
+        del recent[:-_KEEP_SAMPLES]
+        self._samples[peer] = min(recent, key=abs)
 
     def _parse(self, key: bytes, kv: KeyValue) -> NodeInfo | None:
         try:

@@ -129,6 +129,8 @@ class PartitionOwnership:
         self._on_lost = on_lost
         self._mirror = PrefixMirror(kv, keys.owners_prefix(), clock=self._clock)
         self._owned: dict[int, Fence] = {}
+        #: Why this node owns nothing (clock skew beyond the limit); empty when it may own.
+        self.skew_reason = ""
         self._undeleted: dict[int, Fence] = {}  # released, but the delete did not get through
         # Released by this node, until the owners mirror no longer shows them: never adopted.
         self._released: set[Fence] = set()
@@ -221,13 +223,22 @@ class PartitionOwnership:
             return "unknown" if peers else "ok"
         limit = self.config.max_clock_skew_ms
         if abs(skew) > limit:
-            if self._membership.info.eligible:
+            if not self.skew_reason:
                 log.warning(
-                    "node %s: clock skew %d ms > %d ms: owning nothing", self.node_id, skew, limit
-                )
+                    "node %s: clock skew %d ms (against the median of %d live nodes) > %d ms "
+                    "(--max-clock-skew-ms): owning nothing until it is back within %d ms",
+                    self.node_id, skew, len(peers) + 1, limit, int(0.8 * limit),
+                )  # fmt: skip
+            self.skew_reason = f"clock skew {skew} ms > {limit} ms"
             return "bad"
-        if not self._membership.info.eligible and abs(skew) > 0.8 * limit:
+        if self.skew_reason and abs(skew) > 0.8 * limit:
             return "bad"  # hysteresis: come back only well inside the limit
+        if self.skew_reason:
+            log.warning(
+                "node %s: clock skew %d ms is back within the limit: owning partitions again",
+                self.node_id, skew,
+            )  # fmt: skip
+            self.skew_reason = ""
         return "ok"
 
     # -- claim and release ----------------------------------------------------------------------
