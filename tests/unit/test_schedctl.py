@@ -121,6 +121,22 @@ def test_exit_5_when_nothing_listens() -> None:
     assert_one_line_error(result, 5)
 
 
+def test_exit_5_naming_every_endpoint_when_none_answers() -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["--endpoints", "127.0.0.1:1,127.0.0.1:2", "--endpoint", "127.0.0.1:3", "job", "get", "j"],
+    )
+    assert_one_line_error(result, 5)
+    assert all(f"127.0.0.1:{p}" in result.stderr for p in (1, 2, 3))
+
+
+def test_repeated_endpoint_skips_a_dead_one(served: Served) -> None:
+    args = ["--endpoint", "127.0.0.1:1", "--endpoint", served.endpoint, "job", "get", "j-1"]
+    result = CliRunner().invoke(cli, [*args, "-o", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["id"] == "j-1"
+
+
 def test_endpoints_from_env(served: Served) -> None:
     runner = CliRunner(env={"SCHEDCTL_ENDPOINTS": served.endpoint})
     result = runner.invoke(cli, ["job", "get", "j-1", "-o", "json"])

@@ -13,13 +13,22 @@ from schedd.cli._output import FORMATS
 from schedd.client import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: Where schedctl looks when no endpoint is given.
+DEFAULT_ENDPOINT = "127.0.0.1:7070"
+
+
+def join_endpoints(endpoints: str | None, more: tuple[str, ...] = ()) -> str:
+    """``--endpoints`` (comma-separated) and each ``--endpoint`` as one comma-separated list;
+    the default endpoint when neither is given. Checked when the client is made."""
+    items = [e for e in (endpoints, *more) if e and e.strip()]
+    return ",".join(items) if items else DEFAULT_ENDPOINT
 
 
 @dataclass
 class Settings:
     """Global options, read once at the edge."""
 
-    endpoints: str = "127.0.0.1:7070"
+    endpoints: str = DEFAULT_ENDPOINT
     timeout_s: float = 10.0
     output: str = "table"
     _client: Client | None = field(default=None, repr=False)

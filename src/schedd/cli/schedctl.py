@@ -8,7 +8,10 @@ Noun then verb, like ``temporal schedule ...``::
 
 Data goes to stdout; an error is one line on stderr. Exit codes: 0 ok, 1 error, 2 usage or
 bad input, 3 not found, 4 conflict (ALREADY_EXISTS, ABORTED, FAILED_PRECONDITION),
-5 unavailable.
+5 unavailable (also: no endpoint answered; the line names each one).
+
+With several endpoints (``--endpoints a:7070,b:7070`` or ``--endpoint`` repeated) a node that
+is down is skipped and reads are sent again to the next one (see ``schedd.client._failover``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from schedd._errors import SchedError
-from schedd.cli._context import Settings
+from schedd.cli._context import DEFAULT_ENDPOINT, Settings, join_endpoints
 from schedd.cli._exit import ERROR, NOT_FOUND, UNAVAILABLE, USAGE, exit_code, report
 from schedd.cli._jobs import job_group
 from schedd.cli._output import FORMATS
@@ -77,9 +80,15 @@ def _usage_message(exc: click.UsageError) -> str:
 @click.option(
     "--endpoints",
     envvar="SCHEDCTL_ENDPOINTS",
-    default="127.0.0.1:7070",
-    show_default=True,
-    help="Comma-separated HOST:PORT of scheduler nodes (env SCHEDCTL_ENDPOINTS).",
+    default=None,
+    help="Comma-separated HOST:PORT of scheduler nodes, tried in turn when one is down"
+    f" (env SCHEDCTL_ENDPOINTS; default {DEFAULT_ENDPOINT}).",
+)
+@click.option(
+    "--endpoint",
+    "endpoint_list",
+    multiple=True,
+    help="One HOST:PORT of a scheduler node; repeat for several (added to --endpoints).",
 )
 @click.option(
     "--timeout",
@@ -91,10 +100,17 @@ def _usage_message(exc: click.UsageError) -> str:
 @click.option("-o", "--output", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.version_option(package_name="schedd", prog_name="schedctl")
 @click.pass_context
-def cli(ctx: click.Context, endpoints: str, timeout: float, output: str) -> None:
+def cli(
+    ctx: click.Context,
+    endpoints: str | None,
+    endpoint_list: tuple[str, ...],
+    timeout: float,
+    output: str,
+) -> None:
     """Manage schedd jobs, executions and the cluster."""
     obj = ctx.ensure_object(Settings)
-    obj.endpoints, obj.timeout_s, obj.output = endpoints, timeout, output
+    obj.endpoints = join_endpoints(endpoints, endpoint_list)
+    obj.timeout_s, obj.output = timeout, output
     ctx.call_on_close(obj.close)
 
 

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import grpc
 import grpc.aio
 
 from schedd._errors import SchedError
 from schedd._status import from_rpc_error, item_error_to_exception
-from schedd.client._channel import channel_spec
+from schedd.client._channel import ChannelSpec, channel_spec
 from schedd.client._convert import encode_payload, parse_time_ms
+from schedd.client._failover import FailoverStub
 from schedd.client._requests import (
     UNSET,
     BackfillResult,
@@ -61,7 +63,9 @@ class AsyncClient:
 
     Every call has a deadline (``timeout_s``) and raises a :class:`~schedd.SchedError`
     subclass on failure (``NotFound``, ``InvalidArgument`` with its ``field``, ``Unavailable``
-    when no node answers, ...). Reads are retried on UNAVAILABLE by the channel itself::
+    when no node answers, ...). With several endpoints a call goes to the one that answered
+    last; one that is down is skipped, and idempotent calls (reads, creates with an
+    idempotency key) are sent again to the next node (see ``schedd.client._failover``)::
 
         async with AsyncClient("10.0.0.1:7070,10.0.0.2:7070") as client:
             job = (await client.create_job("report", schedule="0 9 * * 1-5", tz="Europe/Berlin",
@@ -75,21 +79,26 @@ class AsyncClient:
         timeout_s: float = 10.0,
         tls: bool | str | Path | None = None,
     ) -> None:
-        """Open a channel over every endpoint.
+        """Prepare one channel per endpoint (each connects on first use).
 
         Args:
             endpoints: ``HOST:PORT`` items, as a sequence or comma-separated.
-            timeout_s: The deadline of every call, in seconds.
+            timeout_s: The deadline of every call (all its tries on every node), in seconds.
             tls: True for TLS with the system roots, or the path of a root certificate.
         """
         spec = channel_spec(endpoints, tls)
         self.timeout_s = timeout_s
         self.target = spec.target
-        if spec.credentials is None:
-            self._channel = grpc.aio.insecure_channel(spec.target, options=spec.options)
-        else:
-            self._channel = grpc.aio.secure_channel(spec.target, spec.credentials, spec.options)
-        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        #: The endpoints, in the order given (duplicates dropped).
+        self.endpoints = spec.endpoints
+        self._failover = FailoverStub(
+            spec.endpoints,
+            spec.targets,
+            functools.partial(_open_channel, spec),
+            connect_timeout_s=min(2.0, timeout_s),
+        )
+        # The failover stub has the stub's methods (by name); typed as one for _call.
+        self._stub = cast("scheduler_pb2_grpc.SchedulerAsyncStub", self._failover)
 
     async def _call(
         self, method: grpc.aio.UnaryUnaryMultiCallable[Any, _Resp], request: Any
@@ -255,8 +264,8 @@ class AsyncClient:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Close the channel."""
-        await self._channel.close()
+        """Close the channels."""
+        await self._failover.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -268,6 +277,12 @@ class AsyncClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _open_channel(spec: ChannelSpec, target: str) -> grpc.aio.Channel:
+    if spec.credentials is None:
+        return grpc.aio.insecure_channel(target, options=spec.options)
+    return grpc.aio.secure_channel(target, spec.credentials, spec.options)
 
 
 __all__ = ["AsyncClient"]

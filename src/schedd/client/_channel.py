@@ -1,4 +1,4 @@
-"""Channel setup: one target over every endpoint, round robin, retries for reads only."""
+"""Channel setup: one channel per endpoint (failover between them is in ``_failover``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import grpc
 from schedd._errors import InvalidArgument
 
 SERVICE = "schedd.v1.Scheduler"
-#: Methods that only read: safe to retry on UNAVAILABLE.
+#: Methods that only read: safe to send again, on another node (see ``_failover``).
 IDEMPOTENT_METHODS = (
     "GetJob",
     "ListJobs",
@@ -26,33 +26,23 @@ IDEMPOTENT_METHODS = (
 
 
 def service_config() -> str:
-    """The gRPC service config: round robin, and a retry policy for idempotent reads."""
-    return json.dumps(
-        {
-            "loadBalancingConfig": [{"round_robin": {}}],
-            "methodConfig": [
-                {
-                    "name": [{"service": SERVICE, "method": m} for m in IDEMPOTENT_METHODS],
-                    "retryPolicy": {
-                        "maxAttempts": 4,
-                        "initialBackoff": "0.1s",
-                        "maxBackoff": "1s",
-                        "backoffMultiplier": 2,
-                        "retryableStatusCodes": ["UNAVAILABLE"],
-                    },
-                }
-            ],
-        }
-    )
+    """The gRPC service config of each endpoint's channel: pick_first, and no retries of gRPC's
+    own (they would retry the same node; ``_failover`` tries the next one instead)."""
+    return json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})
 
 
 def channel_options() -> list[tuple[str, str | int]]:
-    """Channel arguments: the service config, retries on, keepalive that servers accept."""
+    """Channel arguments: the service config, keepalive that servers accept, and reconnects
+    within a second (gRPC's default backoff grows to two minutes, during which a node that came
+    back would still be skipped as down)."""
     return [
         ("grpc.service_config", service_config()),
-        ("grpc.enable_retries", 1),
+        ("grpc.enable_retries", 0),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1_000),
     ]
 
 
@@ -77,6 +67,22 @@ def _resolve(host: str, port: int) -> list[str]:
     except OSError:
         return []
     return sorted({f"{info[4][0]}:{port}" for info in infos})
+
+
+def split_endpoints(endpoints: str | Sequence[str]) -> list[str]:
+    """``"a:1,b:2"`` or ``["a:1", "b:2,c:3"]`` -> ``["a:1", "b:2", "c:3"]``, each checked to be
+    ``HOST:PORT`` and duplicates dropped (first kept).
+
+    Raises:
+        InvalidArgument: An endpoint that is not ``HOST:PORT``, or none at all.
+    """
+    items = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+    parts = [p.strip() for item in items for p in item.split(",") if p.strip()]
+    if not parts:
+        raise InvalidArgument("endpoints", "at least one HOST:PORT is required")
+    for p in parts:
+        _split(p)
+    return list(dict.fromkeys(parts))
 
 
 def grpc_target(endpoints: str | Sequence[str]) -> str:
@@ -109,15 +115,22 @@ def grpc_target(endpoints: str | Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class ChannelSpec:
-    """Where and how to connect: the target, channel options and optional TLS credentials."""
+    """Where and how to connect: the endpoints and each one's channel target, channel options
+    and optional TLS credentials."""
 
-    target: str
+    endpoints: list[str]
+    targets: list[str]
     options: list[tuple[str, str | int]]
     credentials: grpc.ChannelCredentials | None
 
+    @property
+    def target(self) -> str:
+        """Every endpoint as one gRPC target (what a single channel over them all would use)."""
+        return grpc_target(self.endpoints)
+
 
 def channel_spec(endpoints: str | Sequence[str], tls: bool | str | Path | None) -> ChannelSpec:
-    """The channel target and settings; ``tls`` is True (system roots) or a root cert path."""
+    """The channel targets and settings; ``tls`` is True (system roots) or a root cert path."""
     creds: grpc.ChannelCredentials | None = None
     if tls is True:
         creds = grpc.ssl_channel_credentials()
@@ -127,4 +140,5 @@ def channel_spec(endpoints: str | Sequence[str], tls: bool | str | Path | None) 
         except OSError as exc:
             raise InvalidArgument("tls", f"cannot read root certificate {tls}: {exc}") from exc
         creds = grpc.ssl_channel_credentials(root_certificates=roots)
-    return ChannelSpec(grpc_target(endpoints), channel_options(), creds)
+    items = split_endpoints(endpoints)
+    return ChannelSpec(items, [grpc_target(e) for e in items], channel_options(), creds)

@@ -89,7 +89,8 @@ class Client:
 
     Every call has a deadline (``timeout_s``) and raises a :class:`~schedd.SchedError`
     subclass on failure (``NotFound``, ``InvalidArgument`` with its ``field``, ``Unavailable``
-    when no node answers, ...). Reads are retried on UNAVAILABLE by the channel itself::
+    when no node answers, ...). With several endpoints, a node that is down is skipped and
+    idempotent calls are sent again to the next one (as in :class:`AsyncClient`)::
 
         with Client("10.0.0.1:7070,10.0.0.2:7070") as client:
             job = client.create_job("report", schedule="0 9 * * 1-5", tz="Europe/Berlin",
@@ -133,6 +134,11 @@ class Client:
     @property
     def target(self) -> str:
         return self._async.target
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoints, in the order given (a down one is skipped; see AsyncClient)."""
+        return self._async.endpoints
 
     def _run(self, coro: Coroutine[Any, Any, _R]) -> _R:
         if self._closed:
