@@ -318,7 +318,9 @@ async def test_credits_come_back_for_every_kind_of_end(
         node.submit(f"e{i}", handler="mixed", payload=i, fencing_token=2)  # from the ledger
     await wait_for(lambda: len(node.authority.results) == 210, "210 results")
     pool = r.worker.pool
-    await wait_for(lambda: pool.free + sum(c.unused for c in r.worker._conns) == 3, "credits")
+    await wait_for(
+        lambda: pool.free + sum(c.unused for c in r.worker._conns.values()) == 3, "credits"
+    )
     assert r.worker._attempts.running == {}
 
 

@@ -232,7 +232,7 @@ def _session(node: Node, prefetch: int | None = None) -> Any:
 
 
 def _conn_hold(run: Any) -> int:
-    return sum(c.hold_unused for c in run.worker._conns)
+    return sum(c.hold_unused for c in run.worker._conns.values())
 
 
 _ = DispatchConfig

@@ -173,9 +173,10 @@ def node(
 @click.option(
     "--connect",
     envvar="SCHEDD_CONNECT",
-    default="127.0.0.1:7070",
+    multiple=True,
+    default=("127.0.0.1:7070",),
     show_default=True,
-    help="node endpoints, HOST:PORT[,...]",
+    help="node address(es), HOST:PORT[,...], repeatable; the other live nodes are discovered",
 )
 @click.option("--queue", "queues", multiple=True, default=("default",), show_default=True)
 @click.option(
@@ -191,14 +192,21 @@ def node(
     help="executions a node may send ahead of their instant, held here until it (0: none)",
 )
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False))
+@click.option(
+    "--discover/--no-discover",
+    default=True,
+    show_default=True,
+    help="connect to every live node the given ones name (nodes that join later too)",
+)
 def worker(
-    connect: str,
+    connect: tuple[str, ...],
     queues: tuple[str, ...],
     imports: tuple[str, ...],
     worker_id: str | None,
     capacity: int,
     prefetch: int,
     data_dir: str | None,
+    discover: bool,
 ) -> None:
     """Run a worker with the handlers registered by the given modules."""
     from schedd.worker._cli import run_worker_from_cli
@@ -206,7 +214,14 @@ def worker(
     tune_gc()
     sys.exit(
         run_worker_from_cli(
-            connect, list(queues), list(imports), worker_id, capacity, data_dir, prefetch
+            list(connect),
+            list(queues),
+            list(imports),
+            worker_id,
+            capacity,
+            data_dir,
+            prefetch,
+            discover,
         )
     )
 

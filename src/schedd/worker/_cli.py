@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from schedd._errors import SchedError
@@ -14,18 +15,19 @@ log = logging.getLogger(__name__)
 
 
 def run_worker_from_cli(
-    connect: str,
+    connect: str | Sequence[str],
     queues: list[str],
     imports: list[str],
     worker_id: str | None,
     capacity: int,
     data_dir: str | None,
     prefetch: int = 10_000,
+    discover: bool = True,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
     Args:
-        connect: Node addresses, comma-separated (``host:port,host:port``).
+        connect: Node addresses, each item comma-separated (``host:port,host:port``).
         queues: Queues to consume (empty: ``default``).
         imports: Modules to import; each must define ``def register(worker: Worker) -> None``
             that registers its handlers.
@@ -33,11 +35,13 @@ def run_worker_from_cli(
         capacity: Executions run at once.
         data_dir: Ledger and checkpoints (None: a temporary directory).
         prefetch: Executions held ahead of their instant (0: none).
+        discover: Connect to every live node the given ones name, not only to them.
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
     """
-    endpoints = [e.strip() for e in connect.split(",") if e.strip()]
+    items = [connect] if isinstance(connect, str) else list(connect)
+    endpoints = list(dict.fromkeys(e.strip() for i in items for e in i.split(",") if e.strip()))
     try:
         config = WorkerConfig(
             endpoints=tuple(endpoints),
@@ -46,6 +50,7 @@ def run_worker_from_cli(
             capacity=capacity,
             prefetch=prefetch,
             data_dir=Path(data_dir) if data_dir is not None else None,
+            discover=discover,
         )
         worker = Worker(config)
         for name in imports:

@@ -17,7 +17,8 @@ class WorkerConfig:
 
     Attributes:
         endpoints: Node addresses (``host:port``); the worker keeps a stream open to each
-            (every node dispatches its own partitions). At least one.
+            (every node dispatches its own partitions), and with ``discover`` to every other
+            live node they name. At least one.
         queues: Queues whose executions this worker takes. At least one.
         worker_id: Stable id the nodes know this worker by (None: kept in
             ``data_dir/worker_id``, made on first use).
@@ -39,6 +40,11 @@ class WorkerConfig:
         reconnect_max_s: The longest reconnect delay.
         thread_pool_size: Threads running sync (``def``) handlers.
         ledger_ttl_s: Ledger entries older than this are pruned at start.
+        discover: Ask the nodes for the live members every ``discovery_interval_s`` and
+            connect to each (nodes that join later too); False: only ``endpoints``.
+        discovery_interval_s: Time between membership queries (also one query's deadline).
+        forget_node_after_s: A connection to an address out of the membership this long is
+            closed, once it carries no running execution.
     """
 
     endpoints: tuple[str, ...]
@@ -55,6 +61,9 @@ class WorkerConfig:
     reconnect_max_s: float = 5.0
     thread_pool_size: int = 8
     ledger_ttl_s: float = DEFAULT_TTL_S
+    discover: bool = True
+    discovery_interval_s: float = 2.0
+    forget_node_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         # Callers (and the keyword convenience of Worker) may pass a str, lists or a str path.
@@ -73,6 +82,14 @@ class WorkerConfig:
             raise ValueError(f"prefetch: must not be negative, got {self.prefetch}")
         if self.thread_pool_size <= 0:
             raise ValueError(f"thread_pool_size: must be positive, got {self.thread_pool_size}")
+        if self.discovery_interval_s <= 0:
+            raise ValueError(
+                f"discovery_interval_s: must be positive, got {self.discovery_interval_s}"
+            )
+        if self.forget_node_after_s < 0:
+            raise ValueError(
+                f"forget_node_after_s: must not be negative, got {self.forget_node_after_s}"
+            )
         if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
             raise ValueError(
                 "reconnect_min_s and reconnect_max_s: need 0 < min <= max, got "

@@ -21,8 +21,9 @@ from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
 from schedd.worker._config import WorkerConfig
-from schedd.worker._connection import NodeConnection
+from schedd.worker._connection import CHANNEL_OPTIONS, NodeConnection
 from schedd.worker._credits import CreditPool
+from schedd.worker._discovery import Discovery, NodeDirectory, StatusQuery
 from schedd.worker._executor import EXECUTOR_KINDS, Executor, Runtime
 from schedd.worker._handler import Handler, HandlerExecutor
 from schedd.worker._ledger import Ledger
@@ -37,7 +38,10 @@ class Worker:
 
     :meth:`start` opens one stream to *every* endpoint (each node dispatches its own
     partitions) and keeps them open, reconnecting with exponential backoff and full jitter,
-    until :meth:`stop`. At most ``capacity`` executions run at once across all streams.
+    until :meth:`stop`. With ``discover`` (the default) it also asks the nodes for the live
+    members and keeps a stream to each of them, nodes that join later included (see
+    ``schedd.worker._discovery``), so one address of the cluster is enough. At most
+    ``capacity`` executions run at once across all streams.
 
     With ``prefetch`` > 0 a node may also send up to that many executions ahead of their
     instant (a couple of seconds); the worker holds them and starts each at its instant by its
@@ -105,7 +109,11 @@ class Worker:
         #: Executors by handler name, and by target kind (http, shell).
         self._handlers: dict[str, Executor] = {}
         self._kinds: dict[str, Executor] = {}
-        self._conns: list[NodeConnection] = []
+        #: The streams by endpoint: the given ones, and those discovery added.
+        self._conns: dict[str, NodeConnection] = {}
+        self._discovery: Discovery | None = None
+        self._discovery_task: asyncio.Task[None] | None = None
+        self._status_query: StatusQuery | None = None
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self._pool_threads: ThreadPoolExecutor | None = None
@@ -212,17 +220,23 @@ class Worker:
         )
         self._stopped = asyncio.Event()
         cfg = self.config
-        self._conns = [
-            NodeConnection(
-                self,
-                ep,
-                backoff=(cfg.reconnect_min_s, cfg.reconnect_max_s),
-                close_timeout_s=cfg.stream_close_timeout_s,
+        for ep in cfg.endpoints:
+            self._connect(ep)
+        if cfg.discover:
+            self._status_query = StatusQuery(CHANNEL_OPTIONS)
+            self._discovery = Discovery(
+                cfg.endpoints,
+                NodeDirectory(cfg.forget_node_after_s),
+                interval_s=cfg.discovery_interval_s,
+                query=self._status_query,
+                connections=self._connections,
+                connect=self._connect,
+                forget=self._forget,
+                clock=self._clock.monotonic,
             )
-            for ep in cfg.endpoints
-        ]
-        for c in self._conns:
-            c.start()
+            self._discovery_task = asyncio.create_task(
+                self._discovery.run(), name="schedd-worker-discovery"
+            )
 
     async def run(self) -> None:
         """:meth:`start`, then serve until :meth:`stop` has finished. Cancelled, it cancels
@@ -234,7 +248,8 @@ class Worker:
         finally:
             if not self._stopping:  # cancelled, not stopped
                 self._stopping = True
-                await asyncio.gather(*(c.stop(graceful=False) for c in self._conns))
+                await self._stop_discovery()
+                await asyncio.gather(*(c.stop(graceful=False) for c in self._conns.values()))
                 self._shut_down()
 
     async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
@@ -259,8 +274,9 @@ class Worker:
             (self.config.shutdown_timeout_s if timeout is None else timeout) if graceful else None
         )
         try:
+            await self._stop_discovery()
             await self._attempts.drain(grace, self.config.cancel_timeout_s)
-            await asyncio.gather(*(c.stop(graceful=True) for c in self._conns))
+            await asyncio.gather(*(c.stop(graceful=True) for c in self._conns.values()))
         finally:
             self._shut_down()
 
@@ -274,6 +290,60 @@ class Worker:
             await self.run()
 
         asyncio.run(main())
+
+    # ---- the set of streams (given endpoints, and discovery's) ------------------------------
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoints this worker keeps a stream to (given and discovered), sorted."""
+        return sorted(self._conns)
+
+    @property
+    def live_endpoints(self) -> list[str]:
+        """The endpoints whose stream is open and welcomed now, sorted."""
+        return sorted(ep for ep, c in self._conns.items() if c.live)
+
+    def _connections(self) -> dict[str, str | None]:
+        """Endpoint -> the node id that welcomed its stream (None before a Welcome)."""
+        return {
+            ep: (c.welcome.node_id or None) if c.welcome is not None else None
+            for ep, c in self._conns.items()
+        }
+
+    def _connect(self, endpoint: str) -> None:
+        """Start keeping a stream to ``endpoint`` (nothing if there is one, or stopping)."""
+        if endpoint in self._conns or self._stopping:
+            return
+        cfg = self.config
+        conn = NodeConnection(
+            self,
+            endpoint,
+            backoff=(cfg.reconnect_min_s, cfg.reconnect_max_s),
+            close_timeout_s=cfg.stream_close_timeout_s,
+        )
+        self._conns[endpoint] = conn
+        conn.start()
+
+    async def _forget(self, endpoint: str) -> bool:
+        """Close the stream to a node that left, unless executions it dispatched still run
+        (their results go back on it): then keep it, and return False."""
+        conn = self._conns.get(endpoint)
+        if conn is None:
+            return True
+        if conn.running > 0 or self._stopping:
+            return False
+        del self._conns[endpoint]
+        await conn.stop(graceful=True)  # its credits come back through stream_ended
+        return True
+
+    async def _stop_discovery(self) -> None:
+        task, self._discovery_task = self._discovery_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._status_query is not None:
+            await self._status_query.close()
+            self._status_query = None
 
     def _open(self) -> None:
         if self.data_dir is None:
@@ -331,7 +401,9 @@ class Worker:
         """``heartbeat_interval_s``, else the shortest interval a connected node asked for."""
         if self.config.heartbeat_interval_s is not None:
             return self.config.heartbeat_interval_s
-        asked = [c.welcome.heartbeat_interval_ms for c in self._conns if c.welcome is not None]
+        asked = [
+            c.welcome.heartbeat_interval_ms for c in self._conns.values() if c.welcome is not None
+        ]
         return (min(asked) if asked else 2000) / 1000.0
 
 
