@@ -1,12 +1,15 @@
-"""Worker discovery without a cluster: the membership diffing with a fake clock, and the rounds
-over a fake membership source (called directly: no sleeps)."""
+"""Worker discovery without a cluster: the membership diffing with a fake clock, the rounds over
+a fake membership source (called directly: no sleeps), and the reconnect backoff."""
 
 from __future__ import annotations
+
+import random
 
 import grpc
 import pytest
 
 from schedd.worker import WorkerConfig
+from schedd.worker._connection import reconnect_delay
 from schedd.worker._discovery import Discovery, Members, NodeDirectory, Plan
 
 
@@ -164,3 +167,11 @@ def test_config_validates_discovery_settings() -> None:
         WorkerConfig(("a:1",), discovery_interval_s=0)
     with pytest.raises(ValueError, match="forget_node_after_s"):
         WorkerConfig(("a:1",), forget_node_after_s=-1)
+
+
+def test_reconnect_delays_are_jittered_capped_and_never_overflow() -> None:
+    rng = random.Random(3)
+    first = [reconnect_delay(0, 0.1, 5.0, rng) for _ in range(100)]
+    assert all(0 <= d <= 0.1 for d in first) and len(set(first)) == 100
+    late = [reconnect_delay(n, 0.1, 5.0, rng) for n in (10, 1_100, 10**6)]
+    assert all(0 <= d <= 5.0 for d in late)

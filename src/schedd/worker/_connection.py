@@ -302,7 +302,7 @@ class NodeConnection:
             if self._closing.is_set():
                 return
             attempt = 0 if welcomed else attempt + 1
-            delay = random.uniform(0, min(high, low * 2**attempt))
+            delay = reconnect_delay(attempt, low, high)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), timeout=delay)
 
@@ -406,6 +406,23 @@ class NodeConnection:
             if self._closing.is_set():
                 await call.done_writing()
                 return
+
+
+def reconnect_delay(
+    attempt: int, low: float, high: float, rng: random.Random | None = None
+) -> float:
+    """The pause before reconnect ``attempt`` (0 after a stream that was welcomed): uniform in
+    ``[0, min(high, low * 2**attempt)]`` (full jitter, so workers that lost the same node do
+    not all come back in the same instant).
+
+    The exponent is capped: ``low * 2**attempt`` overflows a float after ~1,000 failures in a
+    row (under an hour of a node down at the 5 s cap), which would end the stream for good.
+    """
+    ceiling = min(high, low * 2 ** min(attempt, 60))
+    return (rng or _RNG).uniform(0, ceiling)
+
+
+_RNG = random.Random()
 
 
 def _new_message() -> tuple[worker_pb2.WorkerMessage, worker_pb2.WorkerBatch]:
