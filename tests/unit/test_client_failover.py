@@ -37,6 +37,7 @@ class Fake:
         down: set[int] = frozenset(),  # type: ignore[assignment]
         fail_after_send: dict[int, grpc.StatusCode] | None = None,
         connect_s: float = 0.0,
+        hang: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         self.now = 0.0
         self.down = set(down)
@@ -45,6 +46,8 @@ class Fake:
         self.connects: list[int] = []
         self.sent: list[int] = []
         self.slept: list[float] = []
+        self.timeouts: list[float] = []
+        self.hang = set(hang)
 
     async def connect(self, i: int, timeout: float) -> bool:
         self.connects.append(i)
@@ -55,6 +58,10 @@ class Fake:
 
     async def send(self, i: int, timeout: float) -> str:
         self.sent.append(i)
+        self.timeouts.append(timeout)
+        if i in self.hang:
+            self.now += timeout
+            raise _Rpc(grpc.StatusCode.DEADLINE_EXCEEDED)
         if i in self.fail_after_send:
             raise _Rpc(self.fail_after_send[i])
         return ENDPOINTS[i]
@@ -102,6 +109,7 @@ def test_which_calls_are_idempotent() -> None:
     plain = job_pb2.Job(id="explicit-id")
     assert is_idempotent("GetJob", scheduler_pb2.GetJobRequest(id="j"))
     assert is_idempotent("GetClusterStatus", scheduler_pb2.GetClusterStatusRequest())
+    assert is_idempotent("ListWorkers", None)  # a read added later is covered by its name
     assert is_idempotent("CreateJob", scheduler_pb2.CreateJobRequest(job=keyed))
     assert not is_idempotent("CreateJob", scheduler_pb2.CreateJobRequest(job=plain))
     both = scheduler_pb2.BatchCreateJobsRequest(jobs=[keyed, keyed])
@@ -167,6 +175,20 @@ async def test_the_deadline_bounds_every_try() -> None:
     with pytest.raises(Unavailable):
         await fake.call(Rotation(3), idempotent=True, timeout_s=3.0)
     assert fake.connects == [0, 1] and fake.now == pytest.approx(3.0)
+
+
+async def test_a_read_leaves_time_for_the_next_node_when_one_hangs() -> None:
+    # a accepts the connection but never answers (a stopped process): half the time, then b.
+    fake = Fake(hang={0})
+    assert await fake.call(Rotation(3), idempotent=True, timeout_s=10.0) == "b:2"
+    assert fake.timeouts == [5.0, 2.5]
+
+
+async def test_a_write_gets_the_whole_deadline() -> None:
+    fake = Fake(hang={0})
+    with pytest.raises(grpc.RpcError):
+        await fake.call(Rotation(3), idempotent=False, timeout_s=10.0)
+    assert fake.timeouts == [10.0] and fake.sent == [0]
 
 
 def test_a_real_client_given_a_dead_endpoint_first_reaches_the_live_one(served: Served) -> None:

@@ -3,7 +3,10 @@
 Which calls are retried on another node (the rule is :func:`is_idempotent`):
 
 - reads (``GetJob``, ``ListJobs``, ``GetExecution``, ``ListExecutions``, ``ListDeadLetters``,
-  ``GetClusterStatus``): on UNAVAILABLE or DEADLINE_EXCEEDED, whether or not the request left;
+  ``GetClusterStatus``, and any later ``Get*``/``List*`` method): on UNAVAILABLE or
+  DEADLINE_EXCEEDED, whether or not the request left. With several endpoints each try of a read
+  gets at most half the time left, so a node that accepts connections but does not answer (a
+  stopped process) leaves time for the next one;
 - ``CreateJob`` whose job carries an ``idempotency_key``, and ``BatchCreateJobs`` whose jobs all
   carry one: the key lives in etcd, so a second node answers with the job the first one made
   (``created`` False) instead of making another;
@@ -47,7 +50,7 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 def is_idempotent(method: str, request: Any) -> bool:
     """Whether ``method`` with ``request`` may be sent twice (see the module docstring)."""
-    if method in READ_METHODS:
+    if method in READ_METHODS or method.startswith(("Get", "List")):
         return True
     if method == "CreateJob" and isinstance(request, scheduler_pb2.CreateJobRequest):
         return bool(request.job.idempotency_key)
@@ -139,8 +142,11 @@ async def call_with_failover(
             if not await connect(i, min(left, connect_timeout_s)):
                 why[i] = "not reachable"
                 continue
+            left = deadline - clock()
+            if idempotent and rotation.count > 1:
+                left /= 2
             try:
-                result = await send(i, max(deadline - clock(), 0.001))
+                result = await send(i, max(left, 0.001))
             except grpc.RpcError as exc:
                 code = exc.code() if callable(getattr(exc, "code", None)) else None
                 if not (idempotent and code in _RETRYABLE):
