@@ -66,6 +66,16 @@ def test_a_given_address_that_is_no_member_is_forgotten_after_the_grace() -> Non
     assert d.plan({"A": "a:1"}, conns, now=105) == Plan(forget=["old:1"])
 
 
+def test_a_wildcard_address_is_never_dialled_but_counts_as_present() -> None:
+    d = NodeDirectory(forget_after_s=5)
+    # Given 127.0.0.1:1; the node listens on 0.0.0.0:1 without --advertise.
+    conns: dict[str, str | None] = {"127.0.0.1:1": "A"}
+    assert d.plan({"A": "0.0.0.0:1"}, conns, now=0) == Plan()
+    assert d.plan({"A": "0.0.0.0:1"}, conns, now=100) == Plan()
+    plan = d.plan({"A": "0.0.0.0:1", "B": "[::]:2"}, conns, now=101)
+    assert plan == Plan(unusable=["[::]:2"])
+
+
 class FakeCluster:
     """Nodes that answer membership queries (or not), and the worker's connections."""
 

@@ -42,6 +42,9 @@ class Plan:
 
     connect: list[str] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)
+    #: Live nodes with no stream whose address cannot be dialled from elsewhere (a wildcard
+    #: listen address such as ``0.0.0.0:7070``: the node needs ``--advertise``).
+    unusable: list[str] = field(default_factory=list)
 
 
 class NodeDirectory:
@@ -70,9 +73,10 @@ class NodeDirectory:
         the node id it was welcomed by, or None before a Welcome), at ``now`` (seconds)."""
         addresses = {a for a in live.values() if a}
         welcomed = {nid for nid in conns.values() if nid}
-        connect = sorted(
+        missing = sorted(
             addr for nid, addr in live.items() if addr and addr not in conns and nid not in welcomed
         )
+        connect = [a for a in missing if dialable(a)]
         forget: list[str] = []
         for endpoint, nid in conns.items():
             alias_of_live = nid is not None and nid in live and live[nid] not in conns
@@ -87,7 +91,14 @@ class NodeDirectory:
                 del self._last_present[endpoint]
         for endpoint in connect:  # present now, in the answer that made it
             self._last_present[endpoint] = now
-        return Plan(connect, sorted(forget))
+        return Plan(connect, sorted(forget), [a for a in missing if not dialable(a)])
+
+
+def dialable(address: str) -> bool:
+    """False for a wildcard host (``0.0.0.0``, ``::``): it names every interface of the node,
+    and dialled from the worker it would reach the worker's own host."""
+    host = address.rpartition(":")[0].strip("[]")
+    return host not in ("", "0.0.0.0", "::")
 
 
 class MembershipSource(Protocol):
@@ -171,6 +182,7 @@ class Discovery:
         self._clock = clock
         self._last_good: str | None = None
         self._known: list[str] = []
+        self._warned: set[str] = set()
         #: Rounds that got an answer, and the last members answered (for tests and logs).
         self.answered = 0
         self.members: dict[str, str] = {}
@@ -200,9 +212,17 @@ class Discovery:
             return Plan()
         self.answered += 1
         self.members = dict(live)
-        self._known = sorted(a for a in live.values() if a)
+        self._known = sorted(a for a in live.values() if a and dialable(a))
         await self._query.keep_only(set(self.candidates()))
         plan = self.directory.plan(live, self._connections(), self._clock())
+        for address in plan.unusable:
+            if address not in self._warned:
+                self._warned.add(address)
+                log.warning(
+                    "node at %s advertises a wildcard address: not connecting (start it with"
+                    " --advertise HOST:PORT)",
+                    address,
+                )
         for address in plan.connect:
             log.info("discovered node at %s: connecting", address)
             self._connect(address)
