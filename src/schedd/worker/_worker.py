@@ -111,6 +111,8 @@ class Worker:
         self._kinds: dict[str, Executor] = {}
         #: The streams by endpoint: the given ones, and those discovery added.
         self._conns: dict[str, NodeConnection] = {}
+        #: Streams being closed because their node left (stopped too if the worker stops).
+        self._leaving: set[NodeConnection] = set()
         self._discovery: Discovery | None = None
         self._discovery_task: asyncio.Task[None] | None = None
         self._status_query: StatusQuery | None = None
@@ -249,7 +251,7 @@ class Worker:
             if not self._stopping:  # cancelled, not stopped
                 self._stopping = True
                 await self._stop_discovery()
-                await asyncio.gather(*(c.stop(graceful=False) for c in self._conns.values()))
+                await asyncio.gather(*(c.stop(graceful=False) for c in self._all_conns()))
                 self._shut_down()
 
     async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
@@ -276,7 +278,7 @@ class Worker:
         try:
             await self._stop_discovery()
             await self._attempts.drain(grace, self.config.cancel_timeout_s)
-            await asyncio.gather(*(c.stop(graceful=True) for c in self._conns.values()))
+            await asyncio.gather(*(c.stop(graceful=True) for c in self._all_conns()))
         finally:
             self._shut_down()
 
@@ -333,8 +335,14 @@ class Worker:
         if conn.running > 0 or self._stopping:
             return False
         del self._conns[endpoint]
+        self._leaving.add(conn)
+        # Cancelled here (the worker stops), it stays in _leaving for stop() to finish.
         await conn.stop(graceful=True)  # its credits come back through stream_ended
+        self._leaving.discard(conn)
         return True
+
+    def _all_conns(self) -> list[NodeConnection]:
+        return [*self._conns.values(), *self._leaving]
 
     async def _stop_discovery(self) -> None:
         task, self._discovery_task = self._discovery_task, None
