@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from schedd.worker import WorkerConfig
+from schedd.worker._cli import parse_connect
 from schedd.worker._connection import reconnect_delay
 from schedd.worker._discovery import Discovery, Members, NodeDirectory, Plan
 
@@ -185,3 +186,8 @@ def test_reconnect_delays_are_jittered_capped_and_never_overflow() -> None:
     assert all(0 <= d <= 0.1 for d in first) and len(set(first)) == 100
     late = [reconnect_delay(n, 0.1, 5.0, rng) for n in (10, 1_100, 10**6)]
     assert all(0 <= d <= 5.0 for d in late)
+
+
+def test_connect_flags_repeat_and_split_on_commas() -> None:
+    assert parse_connect(["a:1,b:2", " b:2 ", "c:3,"]) == ["a:1", "b:2", "c:3"]
+    assert parse_connect("a:1") == ["a:1"]

@@ -14,6 +14,13 @@ from schedd.worker._worker import Worker
 log = logging.getLogger(__name__)
 
 
+def parse_connect(connect: str | Sequence[str]) -> list[str]:
+    """``--connect`` values (repeatable, each comma-separated) as one list, duplicates dropped:
+    ``["a:1,b:2", "b:2", "c:3"]`` -> ``["a:1", "b:2", "c:3"]``."""
+    items = [connect] if isinstance(connect, str) else list(connect)
+    return list(dict.fromkeys(e.strip() for i in items for e in i.split(",") if e.strip()))
+
+
 def run_worker_from_cli(
     connect: str | Sequence[str],
     queues: list[str],
@@ -40,8 +47,7 @@ def run_worker_from_cli(
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
     """
-    items = [connect] if isinstance(connect, str) else list(connect)
-    endpoints = list(dict.fromkeys(e.strip() for i in items for e in i.split(",") if e.strip()))
+    endpoints = parse_connect(connect)
     try:
         config = WorkerConfig(
             endpoints=tuple(endpoints),
