@@ -22,11 +22,15 @@ ENDPOINTS = ["a:1", "b:2", "c:3"]
 
 
 class _Rpc(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
         self._code = code
+        self._details = details
 
     def code(self) -> grpc.StatusCode:
         return self._code
+
+    def details(self) -> str:
+        return self._details
 
 
 class Fake:
@@ -63,7 +67,7 @@ class Fake:
             self.now += timeout
             raise _Rpc(grpc.StatusCode.DEADLINE_EXCEEDED)
         if i in self.fail_after_send:
-            raise _Rpc(self.fail_after_send[i])
+            raise _Rpc(self.fail_after_send[i], f"node {i} says\nno")
         return ENDPOINTS[i]
 
     async def sleep(self, s: float) -> None:
@@ -134,6 +138,14 @@ async def test_a_read_that_failed_after_sending_goes_to_the_next_node() -> None:
         fake = Fake(fail_after_send={0: code})
         assert await fake.call(Rotation(3), idempotent=True) == "b:2"
         assert fake.sent == [0, 1]
+
+
+async def test_what_the_nodes_said_is_in_the_final_error() -> None:
+    fake = Fake(fail_after_send=dict.fromkeys(range(3), grpc.StatusCode.UNAVAILABLE))
+    with pytest.raises(Unavailable) as info:
+        await fake.call(Rotation(3), idempotent=True)
+    assert "b:2 (UNAVAILABLE: node 1 says no)" in str(info.value)
+    assert len(fake.sent) == 9  # three rounds
 
 
 async def test_a_write_that_may_have_been_sent_is_not_sent_again() -> None:

@@ -151,7 +151,7 @@ async def call_with_failover(
                 code = exc.code() if callable(getattr(exc, "code", None)) else None
                 if not (idempotent and code in _RETRYABLE):
                     raise
-                why[i] = code.name if code is not None else "failed"
+                why[i] = _describe(exc, code)
                 continue
             rotation.succeeded(i)
             return result
@@ -159,6 +159,14 @@ async def call_with_failover(
             break
     detail = ", ".join(f"{endpoints[i]} ({why.get(i, 'not tried')})" for i in rotation.order())
     raise Unavailable(f"no scheduler node answered: {detail}")
+
+
+def _describe(exc: grpc.RpcError, code: grpc.StatusCode | None) -> str:
+    """``CODE: details`` on one line, cut short: what a node said, for the final message."""
+    details_fn = getattr(exc, "details", None)
+    details = " ".join(str(details_fn() or "").split()) if callable(details_fn) else ""
+    name = code.name if code is not None else "failed"
+    return f"{name}: {details[:120]}" if details else name
 
 
 class FailoverStub:
