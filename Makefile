@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint typecheck pytest proto bench clean etcd venv
+.PHONY: dev test lint typecheck pytest proto bench clean etcd venv test-soak
 
 venv: $(STAMP)
 
@@ -42,6 +42,11 @@ pytest: $(STAMP) etcd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test: $(STAMP) etcd lint typecheck pytest
+
+# Random faults on a real 3-node cluster for SCHEDD_SOAK seconds (default 600);
+# SCHEDD_SOAK_SEED=<n> replays a run's sequence of faults.
+test-soak: $(STAMP) etcd
+	SCHEDD_SOAK=$${SCHEDD_SOAK:-600} $(PY) -m pytest -p no:cacheprovider -s tests/cluster/test_cluster_chain.py -k soak
 
 dev: $(STAMP) etcd
 	$(VENV)/bin/schedd dev $(DEV_ARGS)

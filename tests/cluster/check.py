@@ -103,7 +103,10 @@ def verify(
     for execution, runs in by_execution.items():
         tokens = [a.token for a in runs]  # attempts() is in start order
         if any(b <= a for a, b in itertools.pairwise(tokens)):
-            report.token_order.append(f"{execution}: {tokens}")
+            seen = ", ".join(
+                f"{a.token}@{a.worker}+{a.started_ms - a.scheduled_ms}ms" for a in runs
+            )
+            report.token_order.append(f"{execution}: {seen}")
         report.lateness_ms.append(runs[0].started_ms - runs[0].scheduled_ms)
     return report
 

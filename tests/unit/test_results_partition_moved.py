@@ -153,3 +153,18 @@ async def test_partitions_settle_concurrently_and_one_failing_does_not_fail_the_
     # Nothing has B's execution in flight now: its runner re-reads it and hands it out again.
     assert runner_b.doubted == [([job_b], [f"{job_b}@5000"])]
     assert runner_a.doubted == []
+
+
+async def test_heartbeats_for_a_partition_this_node_gave_up_are_not_called_stale() -> None:
+    """Handed over, the new owner's probe adopts the running execution under a new token; a
+    cancel from the old owner would race that probe and have the work run twice."""
+    m, table, by_job = _manager()
+    (job_a, runner_a), (job_b, runner_b) = by_job.items()
+    runner_b.live[f"{job_b}@5000"] = SimpleNamespace(ex=SimpleNamespace(fencing_token=9))
+    table.remove(runner_a.partition)
+    beats = [
+        worker_pb2.Heartbeat(execution_id=f"{job_a}@5000", fencing_token=9),  # moved away
+        worker_pb2.Heartbeat(execution_id=f"{job_b}@5000", fencing_token=9),  # current
+        worker_pb2.Heartbeat(execution_id=f"{job_b}@6000", fencing_token=9),  # unknown here
+    ]
+    assert await m.on_heartbeats("w", beats) == [f"{job_b}@6000"]

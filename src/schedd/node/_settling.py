@@ -88,7 +88,12 @@ class Settler:
         stale: list[str] = []
         for hb in heartbeats:
             partition = self._partitions.of_execution(hb.execution_id)
-            live = partition.live.get(hb.execution_id) if partition else None
+            if partition is None:
+                # Not this node's partition (any more): its owner judges the token. Handed
+                # over, the new owner's probe adopts the execution under a new token; a
+                # cancel from here would race that probe and have it run again.
+                continue
+            live = partition.live.get(hb.execution_id)
             if live is None or live.ex.fencing_token != hb.fencing_token:
                 stale.append(hb.execution_id)
             elif hb.has_checkpoint:

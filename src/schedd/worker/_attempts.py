@@ -184,7 +184,13 @@ class Attempts:
         has lapsed (the new owner took over after the lease), so it is given back unstarted."""
         ex = self.running.get(d.execution_id)
         if ex is not None:
-            if d.fencing_token >= ex.dispatch.fencing_token and self._reattach(ex, conn, d):
+            if d.attempt == ex.dispatch.attempt and d.fencing_token >= ex.dispatch.fencing_token:
+                # Even one being cancelled (its old node called its token stale): it may
+                # still finish its work, and its result, whatever it is, must reach the
+                # new owner rather than another copy run.
+                self._move(ex, conn, d)
+                if ex.ctx.cancelled:
+                    ex.withdraw_cancel()
                 return
         elif self._answer_from_ledger(conn, d):
             return
@@ -279,6 +285,11 @@ class Attempts:
             return False
         if d.fencing_token < ex.dispatch.fencing_token:
             return True  # an older token: the newer one is already running
+        self._move(ex, conn, d)
+        return True
+
+    def _move(self, ex: Execution, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
+        """What runs here goes on under ``d``'s token, its result to ``conn``'s node."""
         old = ex.dispatch
         new = worker_pb2.Dispatch()
         new.CopyFrom(d)
@@ -293,7 +304,6 @@ class Attempts:
             conn.running += 1
         ex.conn = conn
         conn.add_started(d.execution_id, d.fencing_token, ex.started_ms)
-        return True
 
     def _start(
         self,

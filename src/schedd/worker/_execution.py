@@ -168,6 +168,14 @@ class Execution:
             self.ctx.cancel("deadline passed")
             self._interrupt()
 
+    def withdraw_cancel(self) -> None:
+        """A node's cancel proved wrong: the execution was handed over and its new owner
+        adopted this attempt. A handler that still finishes its work then reports what it
+        did, not CANCELLED (which would have the new owner run it again); one that gave up
+        reports CANCELLED by itself, and the grace timer already armed still bounds it."""
+        if self.outcome is not None and self.outcome.code == worker_pb2.OUTCOME_CANCELLED:
+            self.outcome = None
+
     def _on_cancel(self) -> None:
         if self.future is None or self.future.done() or self._reported:
             return  # finished meanwhile: its own outcome stands

@@ -1,0 +1,81 @@
+"""A takeover probe reaches a worker whose old node has just cancelled the execution (its
+token looked stale there once the partition moved): the running attempt is adopted by the new
+node under the new token, its result goes there, and nothing runs a second time."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from integration.test_worker_stream import Node, NodeFactory, make_node, wait_for
+from schedd.v1 import worker_pb2
+from schedd.worker import Context, Worker
+
+__all__ = ["make_node"]  # fixtures, used by name
+
+
+async def test_a_probe_adopts_an_attempt_its_old_node_is_cancelling(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    old, new = await make_node(), await make_node()
+    release = asyncio.Event()
+    runs: list[int] = []
+
+    async def work(ctx: Context, payload: Any) -> str:
+        runs.append(ctx.fencing_token)
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            # Work that cannot stop halfway (a sync handler in its thread is the same).
+            await release.wait()
+        return "done"
+
+    def setup(w: Worker) -> None:
+        w.add_handler("work", work)
+
+    worker = Worker(
+        [old.address, new.address],  # a worker connects to every node
+        data_dir=tmp_path / "w",
+        worker_id="w",
+        heartbeat_interval_s=0.05,
+        discover=False,
+    )
+    setup(worker)
+    task = asyncio.create_task(worker.run())
+    try:
+        await _scenario(old, new, worker, runs, release)
+    finally:
+        await worker.stop(graceful=False)
+        await asyncio.wait({task}, timeout=10)
+
+
+async def _scenario(
+    old: Node, new: Node, worker: Worker, runs: list[int], release: asyncio.Event
+) -> None:
+    await wait_for(lambda: bool(old.dispatcher.workers()), "worker on the old node")
+    old.submit("e1", handler="work", fencing_token=3)
+    await wait_for(lambda: runs == [3], "started under token 3")
+    old.authority.tokens["e1"] = 0  # the partition moved away: the old node calls it stale
+    await wait_for(lambda: worker._attempts.running["e1"].ctx.cancelled, "cancelled")
+
+    await wait_for(lambda: bool(new.dispatcher.workers()), "worker on the new node")
+    answers: list[tuple[str, bool]] = []
+    probe = worker_pb2.Dispatch(
+        execution_id="e1",
+        job_id="job-e1",
+        handler="work",
+        queue="default",
+        tenant="t",
+        attempt=1,
+        fencing_token=7,
+    )
+    new.authority.tokens["e1"] = 7
+    new.dispatcher.probe([probe], lambda eid, taken: answers.append((eid, taken)))
+    await wait_for(lambda: answers == [("e1", True)], "the probe adopted it")
+    release.set()
+    await wait_for(lambda: new.authority.results_for("e1"), "result at the new node")
+    (res,) = new.authority.results_for("e1")
+    # It did its work: the new owner hears so (CANCELLED would have it run again).
+    assert (res.fencing_token, res.outcome) == (7, worker_pb2.OUTCOME_SUCCEEDED), res
+    assert runs == [3]  # one run, never a second copy
