@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import signal
@@ -137,6 +138,34 @@ async def test_zombie_worker_result_is_refused_after_redelivery(h: Harness) -> N
     assert after.result != b'"zombie"' and after.fencing_token == done.fencing_token
     call.cancel()
     await channel.close()
+
+
+async def test_an_adopted_execution_keeps_its_jobs_payload(h: Harness) -> None:
+    """A node that takes a partition over has no job cached yet: the dispatch of an execution
+    it adopts must still carry the job's payload (it went out empty, so the handler ran
+    without its input)."""
+    node = await h.start_node()
+    await h.wait_all_owned(node)
+    channel, call, _ = await _zombie_stream(node.address)
+    client = await h.connect()
+    payload = {"n": 7, "text": "kept"}
+    await client.create_job("adopted", schedule="@after 1s", handler="echo", payload=payload)
+    first = await _next_dispatch(call)
+    assert json.loads(first.payload) == payload
+    call.cancel()
+    await channel.close()
+    node = await restart_node(h, 0)  # the new instance adopts what etcd holds
+    await h.wait_all_owned(node)
+    await h.start_worker("w-after")
+    h.client = None
+    client = await h.connect()
+    done = await eventually(
+        lambda: client.get_execution(first.execution_id),
+        lambda e: e.state == SUCCEEDED,
+        what="the adopted execution to run",
+    )
+    assert done.fencing_token > first.fencing_token
+    assert json.loads(done.result) == payload
 
 
 WORKER_SCRIPT = textwrap.dedent(

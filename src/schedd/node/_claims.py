@@ -82,11 +82,14 @@ class ClaimPlanner:
         run: execution_pb2.Execution | None,
         now: int,
     ) -> Claim:
-        """The claim of one due entry; ``run`` is the execution a RUN entry points at."""
+        """The claim of one due entry; ``run`` is the execution a RUN entry points at, or for
+        a FIRE entry the run of that fire if it exists already (then the fire is claimed:
+        the cursor moves past it and no second run is created; without this its claim would
+        fail its create compare for as long as the run lives, then create it again)."""
         if cached is None:  # the job is gone: only its due key goes
             return Claim(entry, self.store.drop_due(entry), [])
         if entry.kind == FIRE:
-            return self._plan_fire(entry, cached, now)
+            return self._plan_fire(entry, cached, now, exists=run is not None)
         return self._plan_run(entry, run)
 
     def _compile(self, cached: StoredJob) -> _Compiled:
@@ -102,7 +105,7 @@ class ClaimPlanner:
             self._compiled[job_id] = comp
         return comp
 
-    def _plan_fire(self, entry: DueEntry, cached: StoredJob, now: int) -> Claim:
+    def _plan_fire(self, entry: DueEntry, cached: StoredJob, now: int, exists: bool) -> Claim:
         job, comp = cached.job, self._compile(cached)
         sched = comp.schedule
         missed: list[execution_pb2.Execution] = []
@@ -129,6 +132,8 @@ class ClaimPlanner:
                 )
             executions = [self._new_run(comp, job, f, now) for f in fires]
             last = max([entry.scheduled_ms, *fires])
+        if exists:
+            executions = [ex for ex in executions if ex.scheduled_ms != entry.scheduled_ms]
         if nxt is not None:
             due_next = nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms)
             state = JobState(due_next if due_next != entry.due_ms else due_next + 1, nxt, last)

@@ -195,3 +195,26 @@ class OwnedPartitions:
         # The node's claim rate is shared by the partitions it runs.
         for part in self._by_number.values():
             part.pacer.partitions_owned = len(self._by_number)
+
+
+def claims_to_give_back(lives: Iterable[Live]) -> dict[str, list[Live]]:
+    """Per job, the claimed fires a graceful release gives back: plain schedule fires not
+    dispatched, later than every fire of the job that stays claimed (dispatched, or not a
+    plain schedule fire). Giving one back moves the job's cursor back to it; a later fire
+    still holding its run could then never be claimed (its run exists) until that run ended,
+    and then it would be created and run a second time."""
+    givable: dict[str, list[Live]] = {}
+    kept: dict[str, int] = {}  # job -> its latest fire that stays claimed
+    for live in lives:
+        ex = live.ex
+        if not live.dispatched and ex.trigger == execution_pb2.TRIGGER_SCHEDULE:
+            givable.setdefault(ex.job_id, []).append(live)
+        else:
+            kept[ex.job_id] = max(kept.get(ex.job_id, ex.scheduled_ms), ex.scheduled_ms)
+    out: dict[str, list[Live]] = {}
+    for job_id, candidates in givable.items():
+        last = kept.get(job_id)
+        later = [lv for lv in candidates if last is None or lv.ex.scheduled_ms > last]
+        if later:
+            out[job_id] = later
+    return out

@@ -24,7 +24,7 @@ from schedd._gc import freeze_survivors
 from schedd.history import History
 from schedd.node._claims import Claim, ClaimPlanner
 from schedd.node._config import NodeConfig
-from schedd.node._live import Doubts, Firing, Live, PartitionEvents
+from schedd.node._live import Doubts, Firing, Live, PartitionEvents, claims_to_give_back
 from schedd.node._pacing import ClaimPacer
 from schedd.node._window import DueWindow
 from schedd.obs import MetricsRecorder, NoopRecorder
@@ -75,6 +75,7 @@ class Partition:
         self.stopped = asyncio.Event()
         self.pacer = ClaimPacer(config)
         self._doubts = Doubts()  # re-read by the claim loop, see doubt()
+        self._fire_conflicts: set[str] = set()  # jobs whose last schedule-fire claim failed
         self._reload_wanted = False
         self._stopping = False
 
@@ -133,6 +134,10 @@ class Partition:
 
         The next owner then sees them as due entries and applies each job's misfire policy,
         instead of inheriting claims it must honour. Returns how many were given back.
+        Only a job's latest claims go back (those after every fire of it that stays claimed:
+        dispatched, or not a plain schedule fire): the job's cursor moves back to the first
+        one given back, and a fire after it that still has its run could never be claimed
+        again, nor created twice, so the next owner would spin on it.
         The wheel stops first: a fire dispatched while its give-back is in flight would run
         here and again at the next owner. Only :meth:`stop` may follow (``stop(graceful=True)``
         calls it).
@@ -140,10 +145,7 @@ class Partition:
         self._stopping = True
         self.driver.stop()
         async with self.lock:
-            by_job: dict[str, list[Live]] = {}
-            for live in self.live.values():
-                if not live.dispatched and live.ex.trigger == execution_pb2.TRIGGER_SCHEDULE:
-                    by_job.setdefault(live.ex.job_id, []).append(live)
+            by_job = claims_to_give_back(self.live.values())
             items, groups = [], []
             for job_id, lives in by_job.items():
                 cached = self.jobs.get(job_id)
@@ -171,6 +173,7 @@ class Partition:
             for lives, good in zip(groups, ok, strict=True):
                 if good:
                     n += len(lives)
+                    log.debug("gave back %s", ", ".join(lv.ex.id for lv in lives))
                 else:
                     self.live.update((lv.ex.id, lv) for lv in lives)
             return n
@@ -211,6 +214,11 @@ class Partition:
         """
         if not runs:
             return
+        # Their dispatches carry the job's payload, timeout and HTTP/shell target: a partition
+        # just taken over has no job cached yet (claims fetch theirs lazily).
+        missing = [r.job_id for r in runs if r.job_id not in self.jobs]
+        if missing:
+            self.jobs.update(await self.store.fetch_jobs(missing))
         items = []
         for r in runs:
             r.state = execution_pb2.EXECUTION_PENDING
@@ -220,6 +228,7 @@ class Partition:
         adopted = []
         for r, good, rev in zip(runs, ok, revs, strict=True):
             if good:
+                log.debug("%s: adopted under token %d", r.id, rev)
                 r.fencing_token = rev
                 adopted.append(r)
             else:
@@ -339,8 +348,13 @@ class Partition:
             missing = [e.job_id for e in entries if e.job_id not in self.jobs]
             if missing:
                 self.jobs.update(await self.store.fetch_jobs(missing))
+            # A RUN entry's execution; and for a schedule fire whose claim failed before, the
+            # run it would create, if it exists already (see ClaimPlanner.plan).
+            conflicts = self._fire_conflicts
             runs = await self.store.get_runs(
-                (e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE
+                (e.job_id, e.scheduled_ms)
+                for e in entries
+                if e.kind != FIRE or e.job_id in conflicts
             )
             step = self.config.txn_items
             for done in range(0, len(entries), step):
@@ -381,8 +395,15 @@ class Partition:
         failed: list[str] = []
         for claim, good, rev in zip(claims, ok, revs, strict=True):
             if good:
+                self._fire_conflicts.discard(claim.entry.job_id)
                 self._claimed(claim, rev)
             else:
+                e = claim.entry
+                if e.kind == FIRE:
+                    self._fire_conflicts.add(e.job_id)
+                log.debug(
+                    "claim of %s@%d (due %d) failed its compare", e.job_id, e.scheduled_ms, e.due_ms
+                )
                 failed.append(claim.entry.job_id)
         return failed
 
