@@ -23,7 +23,7 @@ from cluster.effects import Attempt, EffectLedger, Write
 class Report:
     fires_checked: int = 0
     lost: list[tuple[str, int]] = field(default_factory=list)
-    doubled: list[tuple[str, int]] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)  # each with its writes and attempts
     rerun_after_kill: int = 0
     early: list[Attempt] = field(default_factory=list)
     token_order: list[str] = field(default_factory=list)
@@ -94,6 +94,8 @@ def verify(
             report.stale_refused += 1
     for key in sorted(expected):
         _count(report, key, accepted.get(key, []), worker_kills)
+    if report.doubled:
+        report.doubled = [_explain(d, writes, attempts) for d in report.doubled]
     by_execution: dict[str, list[Attempt]] = defaultdict(list)
     for a in attempts:
         if (a.job_id, a.scheduled_ms) in expected:
@@ -120,7 +122,24 @@ def _count(
         if _killed_after(got[0], kills):
             report.rerun_after_kill += 1
         else:
-            report.doubled.append(key)
+            report.doubled.append(f"{key[0]}@{key[1]}")
+
+
+def _explain(key: str, writes: list[Write], attempts: list[Attempt]) -> str:
+    """``key`` with every write and attempt of it: tokens, workers, times after the fire."""
+    job_id, scheduled = key.rsplit("@", 1)
+    t = int(scheduled)
+    ws = [
+        f"{w.token}@{w.worker}{'' if w.accepted else '(refused)'}+{w.at_ms - t}ms"
+        for w in writes
+        if (w.job_id, w.scheduled_ms) == (job_id, t)
+    ]
+    runs = [
+        f"{a.token}@{a.worker}+{a.started_ms - t}ms"
+        for a in attempts
+        if (a.job_id, a.scheduled_ms) == (job_id, t)
+    ]
+    return f"{key} writes [{', '.join(ws)}] attempts [{', '.join(runs)}]"
 
 
 def _killed_after(first: Write, kills: list[tuple[str, float]]) -> bool:

@@ -46,6 +46,12 @@ def node_cut_from_etcd(s: Scenario, etcd: EtcdCluster, node: str) -> None:
     s.procs.wait_owned(NODES, timeout=40)
 
 
+def node_joins(s: Scenario, etcd: EtcdCluster, node: str) -> None:
+    """A node that never ran joins (the workers find it by discovery)."""
+    s.procs.add_node(node)
+    s.procs.wait_owned(NODES, timeout=40)
+
+
 def worker_sigkill(s: Scenario, etcd: EtcdCluster, worker: str) -> None:
     s.kill_worker(worker)
     time.sleep(2.0)
@@ -66,7 +72,7 @@ def etcd_member_sigkill(s: Scenario, etcd: EtcdCluster, which: str) -> None:
     etcd.restart(index)
 
 
-#: name -> (fault, the targets it may hit)
+#: name -> (fault, the targets it may hit); "node joins" only where the node never ran
 FAULTS: dict[str, tuple[Fault, list[str]]] = {
     "node SIGKILL": (node_sigkill, NODES),
     "node SIGTERM": (node_sigterm, NODES),
@@ -76,6 +82,7 @@ FAULTS: dict[str, tuple[Fault, list[str]]] = {
     "worker SIGSTOP past lease": (worker_sigstop, ["w0", "w1"]),
     "etcd member SIGKILL": (etcd_member_sigkill, ["leader", "follower"]),
 }
+JOIN = node_joins
 
 
 def _others(procs: ClusterProcs, node: str) -> list[str]:

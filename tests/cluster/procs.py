@@ -167,7 +167,7 @@ class ClusterProcs:
             "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]),
             "SCHEDD_EFFECTS_DB": str(self.effects_db),
             "SCHEDD_WORKER_NAME": name,
-            "SCHEDD_LOG_LEVEL": "info",
+            "SCHEDD_LOG_LEVEL": os.environ.get("SCHEDD_CLUSTER_LOG", "info"),
         }
         proc = Proc(name, argv, env, self.root / "logs" / f"{name}.log")
         self.procs[name] = proc

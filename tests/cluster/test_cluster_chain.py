@@ -9,7 +9,7 @@ import time
 
 import pytest
 from cluster.effects import EffectLedger
-from cluster.faults import FAULTS
+from cluster.faults import FAULTS, JOIN
 from cluster.procs import ClusterProcs
 from cluster.scenario import Scenario
 
@@ -31,11 +31,13 @@ CHAIN = [
 @pytest.mark.timeout(300)
 def test_chained_faults(procs: ClusterProcs, ledger: EffectLedger, etcd3: EtcdCluster) -> None:
     s = Scenario(procs, ledger)
-    s.start()
+    s.start(nodes=["n0", "n1"])
+    time.sleep(1.0)
+    JOIN(s, etcd3, "n2")  # the first fault: a node joins under load
     for name, target in CHAIN:
         time.sleep(1.0)
         FAULTS[name][0](s, etcd3, target)
-    s.finish("chained faults", timeout=60, faults=len(CHAIN))
+    s.finish("chained faults", timeout=60, faults=len(CHAIN) + 1)
 
 
 @pytest.mark.timeout(0)

@@ -74,3 +74,20 @@ def test_node_cut_off_from_etcd_then_restored(procs: ClusterProcs, ledger: Effec
     procs.reconnect_to_etcd("n1")
     procs.wait_owned(["n0", "n1", "n2"], timeout=40)
     s.finish("node cut from etcd", failover_s=f"{failover_s:.1f}")
+
+
+def test_node_joins_under_load(procs: ClusterProcs, ledger: EffectLedger) -> None:
+    """Two nodes carry the load; a third starts. It gets its share by graceful handoff (the
+    old owners stop, give back, release; it loads from etcd), the workers find it by
+    discovery (they were given only the first two), and its partitions go on firing."""
+    s = Scenario(procs, ledger)
+    s.start(nodes=["n0", "n1"])
+    time.sleep(2.0)
+    began = time.time()
+    procs.add_node("n2")
+    status = procs.wait_owned(["n0", "n1", "n2"])
+    rebalance_s = time.time() - began
+    share = -(-procs.partitions // 3)
+    owned = [p.get("owner") for p in status["partitions"]].count("n2")
+    assert 1 <= owned <= share, status
+    s.finish("node joins under load", rebalance_s=f"{rebalance_s:.1f}")

@@ -17,11 +17,15 @@ from schedd._gc import tune_gc
 
 
 def _setup_logging(level: str) -> None:
+    """``level`` for schedd's own loggers; the libraries' (gRPC, asyncio, etcd client) stay at
+    INFO or above, so ``debug`` shows what schedd decided without their chatter."""
+    wanted = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=max(wanted, logging.INFO),
         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("schedd").setLevel(wanted)
 
 
 @click.group()

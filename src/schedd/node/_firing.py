@@ -105,6 +105,12 @@ class Firer:
             if live is None or partition.live.get(execution_id) is not live:
                 return  # it left the partition meanwhile
             now = self.clock.now_ms()
+            log.debug(
+                "%s: probe %s (token %d)",
+                execution_id,
+                "taken" if taken else "not taken",
+                live.ex.fencing_token,
+            )
             if not taken:
                 partition.arm_at(live, max(self.prepare(partition, live), now))
                 return

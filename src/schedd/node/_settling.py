@@ -269,6 +269,13 @@ class Settler:
         eid, job_id = d.live.ex.id, d.live.ex.job_id
         self.firer.running.discard(job_id, eid)
         if d.redeliver:
+            log.debug(
+                "%s: %s under token %d, handed out again under token %d",
+                eid,
+                worker_pb2.Outcome.Name(d.result.outcome),
+                d.result.fencing_token,
+                rev,
+            )
             d.live.ex.fencing_token = rev
             d.live.ex.worker_id = ""
             resend.append(d.live)
@@ -337,6 +344,7 @@ class Settler:
         for live, good, rev in zip(lives, ok, revs, strict=True):
             self.firer.running.discard(live.ex.job_id, live.ex.id)
             if good:
+                log.debug("%s: %s; handed out again under token %d", live.ex.id, reason, rev)
                 live.ex.fencing_token = rev
                 live.ex.worker_id = ""
                 resend.append(live)

@@ -191,9 +191,14 @@ class Attempts:
                 self._move(ex, conn, d)
                 if ex.ctx.cancelled:
                     ex.withdraw_cancel()
+                log.debug(
+                    "probe of %s: runs here, now under token %d", d.execution_id, d.fencing_token
+                )
                 return
         elif self._answer_from_ledger(conn, d):
+            log.debug("probe of %s: answered from the ledger", d.execution_id)
             return
+        log.debug("probe of %s (token %d): not here", d.execution_id, d.fencing_token)
         conn.add_not_here(d.execution_id)
 
     def _answer_from_ledger(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> bool:
