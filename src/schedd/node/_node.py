@@ -35,7 +35,7 @@ from schedd.coord import (
     init_cluster,
 )
 from schedd.dispatch import DispatchConfig, Dispatcher
-from schedd.history import History
+from schedd.history import History, HistoryPruner
 from schedd.node._api import NodeApi
 from schedd.node._config import NodeConfig
 from schedd.node._firing import Firer
@@ -135,6 +135,9 @@ class Node:
         self._run_supervised("store probe", self.upkeep.probe)
         if cfg.compaction_interval_s > 0:
             self._run_supervised("compaction", self.upkeep.compact)
+        if cfg.history_prune_interval_s > 0:
+            pruner = HistoryPruner(self.history, self.clock, cfg.history_prune_interval_s)
+            self._run_supervised("history prune", pruner.run)
         log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
 
     def _may_act(self) -> bool:
