@@ -122,6 +122,20 @@ async def test_every_node_gives_the_same_runs_workers_and_status(cluster: Harnes
             assert (await other.get_execution(ex.id)).state == SUCCEEDED
         with pytest.raises(NotFound, match="no-such-job"):
             await clients[0].get_execution("no-such-job@1700000000000")
+
+        # A running execution: etcd has it as handed out, its owner's memory as RUNNING; every
+        # node shows RUNNING (the most advanced copy).
+        slow = (await clients[0].create_job("slow", schedule="@every 1h", handler="slow")).job
+        run = await clients[0].trigger_job(slow.id, payload={"seconds": 3})
+        await eventually(
+            lambda: clients[2].get_execution(run.id),
+            lambda ex: ex.state == execution_pb2.EXECUTION_RUNNING,
+            what="the slow run to be running",
+        )
+        for c in clients:
+            assert (await c.get_execution(run.id)).state == execution_pb2.EXECUTION_RUNNING
+            listed = await c.list_executions(job_id=slow.id)
+            assert [(r.id, r.state) for r in listed] == [(run.id, execution_pb2.EXECUTION_RUNNING)]
     finally:
         await _close(clients)
 

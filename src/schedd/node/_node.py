@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -35,7 +36,7 @@ from schedd.coord import (
     init_cluster,
 )
 from schedd.dispatch import DispatchConfig, Dispatcher
-from schedd.history import History, HistoryPruner, Position, comes_after
+from schedd.history import History, HistoryPruner, Position, comes_after, list_order
 from schedd.node._api import NodeApi, page_size
 from schedd.node._cluster_views import ClusterViews, PeerAnswers
 from schedd.node._config import NodeConfig
@@ -334,30 +335,29 @@ class Node:
 
     # -- LocalParts: what this node answers about itself (to itself and to peers) -----------
 
-    def _live_copies(self) -> list[execution_pb2.Execution]:
-        """Its claimed, unfinished executions, with the dispatch state only memory has."""
-        out = []
-        for part in self.partitions.values():
-            for live in part.live.values():
-                ex = execution_pb2.Execution()
-                ex.CopyFrom(live.ex)
-                out.append(ex)
-        return out
-
     def local_executions(
         self, req: scheduler_pb2.ListExecutionsRequest, after: Position | None, limit: int
     ) -> tuple[list[execution_pb2.Execution], bool]:
+        """Its history and its claimed, unfinished executions (with the dispatch state only
+        memory has), up to ``limit`` after ``after``; and whether it holds more."""
         states = list(req.states)
         done = self.history.page(
             job_id=req.job_id, tenant=req.tenant, states=states, after=after, limit=limit
         )
-        live = [
-            e
-            for e in self._live_copies()
-            if matches(e, req.job_id, req.tenant, states) and comes_after(e, after)
+        held = [
+            live.ex
+            for part in self.partitions.values()
+            for live in part.live.values()
+            if matches(live.ex, req.job_id, req.tenant, states) and comes_after(live.ex, after)
         ]
+        live = []
+        for ex in heapq.nsmallest(limit, held, key=list_order):  # copied: memory moves on
+            copy = execution_pb2.Execution()
+            copy.CopyFrom(ex)
+            live.append(copy)
         merged = merge_executions([done, live])
-        return merged[:limit], len(merged) >= limit
+        more = len(done) >= limit or len(held) > limit or len(merged) > limit
+        return merged[:limit], more
 
     def local_execution(self, execution_id: str) -> execution_pb2.Execution | None:
         job_id, _ = parse_execution_id(execution_id)
