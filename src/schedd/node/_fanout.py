@@ -97,7 +97,8 @@ class Fanout:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 why = f"no answer within {int(self.timeout_s * 1000)} ms"
             else:
-                details = " ".join((exc.details() or "").split())
+                # gRPC's connection details run long ("...; last error: ..."): the first clause.
+                details = " ".join((exc.details() or "").split(";")[0].split())
                 why = f"{exc.code().name}: {details}" if details else exc.code().name
         log.info("cluster view: node %s (%s) did not answer: %s", node_id, address, why)
         return missing_node(node_id, address, why)
