@@ -65,7 +65,7 @@ def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
         for _ in range(100):
             runs = _ctl(listen, "run", "list", "--job", job_id, "-o", "json")
             if runs.returncode == 0 and any(
-                r["state"] == "SUCCEEDED" for r in json.loads(runs.stdout)
+                r["state"] == "SUCCEEDED" for r in json.loads(runs.stdout)["executions"]
             ):
                 break
             time.sleep(0.2)

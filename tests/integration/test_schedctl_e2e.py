@@ -59,7 +59,9 @@ async def test_create_then_runs_show_up_durably(h: Harness) -> None:
     async def runs() -> list[dict[str, Any]]:
         code, out, err = await ctl(h, "run", "list", "--job", job["id"], "-o", "json")
         assert code == 0, err
-        return list(json.loads(out))
+        doc = json.loads(out)
+        assert doc["missing_nodes"] == []
+        return list(doc["executions"])
 
     rows = await eventually(
         runs, lambda rs: any(r["state"] == "SUCCEEDED" for r in rs), what="a run"

@@ -43,7 +43,7 @@ def _api() -> tuple[NodeApi, JobStore]:
     clock = ManualClock(NOW)
     jobs = JobStore(MemoryKV(clock=clock), Keys(b"/t/"), partitions=4)
     ids = iter(f"j-{n:020d}" for n in range(100))
-    return NodeApi(jobs, None, None, clock, id_factory=lambda: next(ids)), jobs  # type: ignore[arg-type]
+    return NodeApi(jobs, None, clock, id_factory=lambda: next(ids)), jobs  # type: ignore[arg-type]
 
 
 async def test_create_parses_the_schedule_once_and_stores_its_first_fire(

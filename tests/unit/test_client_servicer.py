@@ -67,6 +67,8 @@ class Recorded:
 class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     calls: list[Recorded] = field(default_factory=list)
     pages: int = 3
+    # Reported by the cluster-wide calls (ListExecutions, GetClusterStatus) as not answering.
+    missing: list[scheduler_pb2.MissingNode] = field(default_factory=list)
 
     async def _record(self, method: str, request: Message, context: Ctx) -> None:
         self.calls.append(Recorded(method, request, context.time_remaining()))
@@ -150,7 +152,9 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         page = int(request.page_token or "0")
         token = str(page + 1) if page + 1 < self.pages else ""
         execs = [sample_execution(page * 2 + i) for i in range(2)]
-        return scheduler_pb2.ListExecutionsResponse(executions=execs, next_page_token=token)
+        return scheduler_pb2.ListExecutionsResponse(
+            executions=execs, next_page_token=token, missing_nodes=self.missing
+        )
 
     async def ListDeadLetters(self, request: Any, context: Ctx) -> Any:
         await self._record("ListDeadLetters", request, context)
@@ -165,6 +169,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     async def GetClusterStatus(self, request: Any, context: Ctx) -> Any:
         await self._record("GetClusterStatus", request, context)
         return scheduler_pb2.ClusterStatus(
+            missing_nodes=self.missing,
             cluster_id="c1",
             partition_count=2,
             nodes=[scheduler_pb2.NodeStatus(node_id="n1", address="127.0.0.1:7070")],

@@ -66,6 +66,7 @@ def test_public_faces_are_pinned() -> None:
             "BackfillResult",
             "Client",
             "CreateJobResult",
+            "ExecutionList",
             "build_job",
             "build_update",
             "cluster_status_to_dict",
@@ -75,9 +76,11 @@ def test_public_faces_are_pinned() -> None:
             "grpc_target",
             "iso_utc",
             "job_to_dict",
+            "missing_nodes_to_dicts",
             "parse_time_ms",
             "service_config",
             "to_duration_ms",
+            "worker_to_dict",
         ]
     )
     assert sorted(schedd.worker.__all__) == sorted(

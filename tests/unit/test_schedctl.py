@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 from test_client_servicer import Served, served
 
 from schedd.cli.schedctl import cli
+from schedd.v1 import scheduler_pb2
 
 __all__ = ["served"]
 
@@ -186,7 +187,9 @@ def test_run_list_shapes(served: Served) -> None:
         ["run", "list", "--job", "j-1", "--state", "succeeded", "-o", "json"], served.endpoint
     )
     assert result.exit_code == 0, result.stderr
-    runs = json.loads(result.stdout)
+    doc = json.loads(result.stdout)
+    assert doc["missing_nodes"] == [] and result.stderr == ""
+    runs = doc["executions"]
     assert isinstance(runs, list) and len(runs) == 6
     for key in ("id", "job_id", "scheduled_time", "state", "attempt", "fencing_token"):
         assert key in runs[0]
@@ -220,3 +223,31 @@ def test_tables_and_other_commands(served: Served) -> None:
     assert status["partitions"][0] == {"partition": 0, "owner": "n1", "epoch": 41}
     assert status["workers"][0]["worker_id"] == "w1"
     assert list(served.servicer.last("UpdateJob").update_paths) == ["payload", "name"]
+
+
+def test_a_node_that_did_not_answer_is_one_warning_line_and_in_the_json(served: Served) -> None:
+    served.servicer.missing = [
+        scheduler_pb2.MissingNode(
+            node_id="n2", address="10.0.0.2:7070", reason="no answer within 2000 ms"
+        )
+    ]
+    table = run(["run", "list", "--limit", "3"], served.endpoint)
+    assert table.exit_code == 0, table.stderr
+    assert "SUCCEEDED" in table.stdout
+    assert table.stderr.splitlines() == [
+        "schedctl: warning: no answer from node n2 (no answer within 2000 ms); "
+        "the list may be incomplete"
+    ]
+    doc = json.loads(run(["run", "list", "--limit", "3", "-o", "json"], served.endpoint).stdout)
+    assert len(doc["executions"]) == 3
+    assert doc["missing_nodes"] == [
+        {"node_id": "n2", "address": "10.0.0.2:7070", "reason": "no answer within 2000 ms"}
+    ]
+    workers = run(["worker", "list", "-o", "json"], served.endpoint)
+    assert json.loads(workers.stdout)["missing_nodes"][0]["node_id"] == "n2"
+    assert json.loads(workers.stdout)["workers"][0]["node_ids"] == ["n1"]
+    assert "the list may be incomplete" in workers.stderr
+    status = run(["cluster", "status"], served.endpoint)
+    assert status.exit_code == 0 and "n1" in status.stdout
+    assert status.stderr.strip().endswith("the status may be incomplete")
+    assert len(status.stderr.strip().splitlines()) == 1

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 import click
 
 from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd.v1 import scheduler_pb2
 
 OK = 0
 ERROR = 1
@@ -39,3 +41,12 @@ def report(message: str) -> None:
     """Write one line to stderr: ``schedctl: error: message`` (newlines folded)."""
     line = " ".join(message.split())
     click.echo(f"schedctl: error: {line}", file=sys.stderr)
+
+
+def warn_missing(missing: Iterable[scheduler_pb2.MissingNode], what: str = "list") -> None:
+    """One line on stderr when some node did not answer a cluster-wide call (nothing when all
+    did): ``schedctl: warning: no answer from node n2 (reason); the list may be incomplete``."""
+    nodes = ", ".join(f"node {m.node_id} ({m.reason or 'no reason given'})" for m in missing)
+    if nodes:
+        line = " ".join(f"no answer from {nodes}; the {what} may be incomplete".split())
+        click.echo(f"schedctl: warning: {line}", file=sys.stderr)

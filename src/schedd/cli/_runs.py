@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 from rich.console import Group
 from rich.table import Table
 
 from schedd.cli._context import output_option, settings
+from schedd.cli._exit import warn_missing
 from schedd.cli._output import console, emit, local_time, rows_table
-from schedd.client import cluster_status_to_dict, execution_to_dict
+from schedd.client import (
+    cluster_status_to_dict,
+    execution_to_dict,
+    missing_nodes_to_dicts,
+    worker_to_dict,
+)
 from schedd.model import parse_state, state_name
 from schedd.v1 import execution_pb2, scheduler_pb2
 
 _STATES = [state_name(v).lower() for v in range(1, 11)]
 
 
-def emit_executions(executions: list[execution_pb2.Execution]) -> None:
-    """Print executions as a table or as a list of dicts."""
+def emit_executions(
+    executions: list[execution_pb2.Execution],
+    missing: Sequence[scheduler_pb2.MissingNode] | None = None,
+) -> None:
+    """Print executions as a table or as a list of dicts.
+
+    ``missing`` (a cluster-wide listing): the nodes that did not answer. They get one warning
+    line on stderr; ``-o json``/``yaml`` print ``{"executions": [...], "missing_nodes": [...]}``.
+    """
     now = int(time.time() * 1000)
 
     def table() -> Table:
@@ -37,7 +52,27 @@ def emit_executions(executions: list[execution_pb2.Execution]) -> None:
         cols = ("ID", "STATE", "ATTEMPT", "SCHEDULED", "WORKER", "TOKEN", "ERROR/REASON")
         return rows_table(cols, rows)
 
-    emit(settings().output, [execution_to_dict(e) for e in executions], table)
+    rows = [execution_to_dict(e) for e in executions]
+    if missing is None:
+        emit(settings().output, rows, table)
+        return
+    warn_missing(missing)
+    emit_listing("executions", rows, missing, table)
+
+
+def emit_listing(
+    key: str,
+    rows: list[dict[str, Any]],
+    missing: Sequence[scheduler_pb2.MissingNode],
+    table: Callable[[], Table],
+) -> None:
+    """A cluster-wide listing: ``{key: rows, "missing_nodes": [...]}`` as json or yaml, the
+    rows alone as jsonl or a table."""
+    fmt = settings().output
+    if fmt in ("json", "yaml"):
+        emit(fmt, {key: rows, "missing_nodes": missing_nodes_to_dicts(missing)})
+    else:
+        emit(fmt, rows, table)
 
 
 @click.group("run")
@@ -52,16 +87,25 @@ def run_group() -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @output_option
 def run_list(job_id: str, states: tuple[str, ...], tenant: str, limit: int) -> None:
-    """List executions, newest first."""
+    """List executions of every node, newest first.
+
+    A node that does not answer is named in one warning line on stderr (the list may lack
+    its executions); ``-o json`` prints ``{"executions": [...], "missing_nodes": [...]}``.
+    """
     values = [parse_state(s, "--state") for s in states]
-    emit_executions(settings().client().list_executions(job_id, values, tenant, limit))
+    listing = settings().client().list_executions(job_id, values, tenant, limit)
+    emit_executions(listing, listing.missing_nodes)
 
 
 @run_group.command("get")
 @click.argument("execution_id")
 @output_option
 def run_get(execution_id: str) -> None:
-    """Show one execution (JOB@MILLIS)."""
+    """Show one execution (JOB@MILLIS), asking every node.
+
+    Not found (exit 3) only when every node answered; when some did not, unavailable
+    (exit 5), naming them.
+    """
     emit(settings().output, execution_to_dict(settings().client().get_execution(execution_id)))
 
 
@@ -94,11 +138,31 @@ def dlq_redrive(execution_ids: tuple[str, ...], tenant: str, job_id: str, everyt
     emit_executions(redriven)
 
 
+def _skew(n: scheduler_pb2.NodeStatus) -> str:
+    if not n.reported:
+        return "(no answer)"
+    return f"{n.clock_skew_ms:+d} ms" if n.clock_skew_known else "?"
+
+
+def _eligible(n: scheduler_pb2.NodeStatus) -> str:
+    if not n.reported:
+        return "?"
+    return "yes" if n.eligible else f"no: {n.ineligible_reason}"
+
+
 def _cluster_tables(status: scheduler_pb2.ClusterStatus) -> Group:
     nodes = rows_table(
-        ("NODE", "ADDRESS", "VERSION", "PARTITIONS", "STARTED"),
+        ("NODE", "ADDRESS", "VERSION", "PARTITIONS", "SKEW", "ELIGIBLE", "STARTED"),
         [
-            (n.node_id, n.address, n.version, n.partitions_owned, local_time(n.started_ms))
+            (
+                n.node_id,
+                n.address,
+                n.version,
+                n.partitions_owned,
+                _skew(n),
+                _eligible(n),
+                local_time(n.started_ms),
+            )
             for n in status.nodes
         ],
         title=f"cluster {status.cluster_id or '-'}: {status.partition_count} partitions",
@@ -112,11 +176,11 @@ def _cluster_tables(status: scheduler_pb2.ClusterStatus) -> Group:
 
 def _workers_table(status: scheduler_pb2.ClusterStatus) -> Table:
     return rows_table(
-        ("WORKER", "NODE", "QUEUES", "HANDLERS", "IN FLIGHT", "HELD", "CONNECTED"),
+        ("WORKER", "NODES", "QUEUES", "HANDLERS", "IN FLIGHT", "HELD", "CONNECTED"),
         [
             (
                 w.worker_id,
-                w.node_id,
+                ",".join(w.node_ids) or w.node_id,
                 ",".join(w.queues),
                 ",".join(w.handlers),
                 f"{w.in_flight}/{w.capacity}",
@@ -136,8 +200,10 @@ def cluster_group() -> None:
 @cluster_group.command("status")
 @output_option
 def cluster_status() -> None:
-    """Nodes, partition owners with their epochs, and workers."""
+    """Nodes (each one's own clock skew, eligibility and partitions), partition owners with
+    their epochs, and workers. A node that does not answer is named on stderr."""
     status = settings().client().cluster_status()
+    warn_missing(status.missing_nodes, "status")
     if settings().output == "table":
         console().print(_cluster_tables(status))
         return
@@ -152,7 +218,10 @@ def worker_group() -> None:
 @worker_group.command("list")
 @output_option
 def worker_list() -> None:
-    """List the workers connected to any node."""
+    """List the workers connected to any node, once each, with the nodes they are connected
+    to. A node that does not answer is named on stderr; ``-o json`` prints
+    ``{"workers": [...], "missing_nodes": [...]}``."""
     status = settings().client().cluster_status()
-    data = cluster_status_to_dict(status)["workers"]
-    emit(settings().output, data, lambda: _workers_table(status))
+    warn_missing(status.missing_nodes)
+    rows = [worker_to_dict(w) for w in status.workers]
+    emit_listing("workers", rows, status.missing_nodes, lambda: _workers_table(status))

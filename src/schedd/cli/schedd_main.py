@@ -94,6 +94,30 @@ def main(log_level: str) -> None:
     help="how often workers are told to heartbeat running executions",
 )
 @click.option(
+    "--history-ttl-s",
+    envvar="SCHEDD_HISTORY_TTL_S",
+    default=7 * 86_400,
+    show_default=True,
+    type=click.IntRange(1, 10 * 365 * 86_400),
+    help="how long finished executions stay in the node's run history",
+)
+@click.option(
+    "--history-prune-interval-s",
+    envvar="SCHEDD_HISTORY_PRUNE_INTERVAL_S",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="how often history older than --history-ttl-s is deleted (0: only at start)",
+)
+@click.option(
+    "--peer-timeout-ms",
+    envvar="SCHEDD_PEER_TIMEOUT_MS",
+    default=2_000,
+    show_default=True,
+    type=click.IntRange(50, 60_000),
+    help="how long cluster-wide views (run list/get, cluster status) wait for each peer",
+)
+@click.option(
     "--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False, exists=True)
 )
 @click.option(
@@ -120,6 +144,9 @@ def node(
     max_clock_skew_ms: int,
     lease_timeout_ms: int,
     heartbeat_interval_ms: int,
+    history_ttl_s: int,
+    history_prune_interval_s: float,
+    peer_timeout_ms: int,
     etcd_ca: str | None,
     etcd_cert: str | None,
     etcd_key: str | None,
@@ -152,6 +179,9 @@ def node(
         max_clock_skew_ms=max_clock_skew_ms,
         lease_timeout_ms=lease_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms,
+        history_ttl_ms=history_ttl_s * 1000,
+        history_prune_interval_s=history_prune_interval_s,
+        peer_timeout_ms=peer_timeout_ms,
     )
 
     async def run() -> None:

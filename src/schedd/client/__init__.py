@@ -15,13 +15,16 @@ from schedd.client._convert import (
     execution_to_dict,
     iso_utc,
     job_to_dict,
+    missing_nodes_to_dicts,
     parse_time_ms,
     to_duration_ms,
+    worker_to_dict,
 )
 from schedd.client._requests import (
     UNSET,
     BackfillResult,
     CreateJobResult,
+    ExecutionList,
     build_job,
     build_update,
 )
@@ -34,6 +37,7 @@ __all__ = [
     "BackfillResult",
     "Client",
     "CreateJobResult",
+    "ExecutionList",
     "build_job",
     "build_update",
     "cluster_status_to_dict",
@@ -43,7 +47,9 @@ __all__ = [
     "grpc_target",
     "iso_utc",
     "job_to_dict",
+    "missing_nodes_to_dicts",
     "parse_time_ms",
     "service_config",
     "to_duration_ms",
+    "worker_to_dict",
 ]

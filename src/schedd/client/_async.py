@@ -23,6 +23,7 @@ from schedd.client._requests import (
     UNSET,
     BackfillResult,
     CreateJobResult,
+    ExecutionList,
     build_job,
     build_update,
     state_values,
@@ -209,28 +210,51 @@ class AsyncClient:
         req = scheduler_pb2.GetExecutionRequest(id=execution_id)
         return await self._call(self._stub.GetExecution, req)
 
+    async def list_executions_page(
+        self,
+        job_id: str = "",
+        states: Iterable[int | str] = (),
+        tenant: str = "",
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> scheduler_pb2.ListExecutionsResponse:
+        """One page of executions from every node, newest first; pass its
+        ``next_page_token`` for the next one. ``missing_nodes`` names the nodes that did not
+        answer (their executions may be missing)."""
+        req = scheduler_pb2.ListExecutionsRequest(
+            job_id=job_id,
+            tenant=tenant,
+            states=state_values(states),  # type: ignore[arg-type]
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return await self._call(self._stub.ListExecutions, req)
+
     async def list_executions(
         self,
         job_id: str = "",
         states: Iterable[int | str] = (),
         tenant: str = "",
         limit: int = 100,
-    ) -> list[execution_pb2.Execution]:
-        """Up to ``limit`` executions, newest first; ``states`` as enum values or names."""
-        out: list[execution_pb2.Execution] = []
-        req = scheduler_pb2.ListExecutionsRequest(
-            job_id=job_id,
-            tenant=tenant,
-            states=state_values(states),  # type: ignore[arg-type]
-        )
+    ) -> ExecutionList:
+        """Up to ``limit`` executions from every node, newest first; ``states`` as enum values
+        or names. The list's ``missing_nodes`` names the nodes that did not answer."""
+        out = ExecutionList()
+        missing: dict[str, scheduler_pb2.MissingNode] = {}
+        token = ""
         while len(out) < limit:
-            req.page_size = min(limit - len(out), 1000)
-            resp = await self._call(self._stub.ListExecutions, req)
+            resp = await self.list_executions_page(
+                job_id, states, tenant, min(limit - len(out), 1000), token
+            )
             out.extend(resp.executions)
-            if not resp.next_page_token:
+            for node in resp.missing_nodes:
+                missing.setdefault(node.node_id, node)
+            token = resp.next_page_token
+            if not token:
                 break
-            req.page_token = resp.next_page_token
-        return out[:limit]
+        del out[limit:]
+        out.missing_nodes = list(missing.values())
+        return out
 
     async def list_dead_letters(
         self, tenant: str = "", job_id: str = "", limit: int = 100
@@ -256,11 +280,13 @@ class AsyncClient:
         )
         return list((await self._call(self._stub.RedriveDeadLetters, req)).executions)
 
-    async def cluster_status(self) -> scheduler_pb2.ClusterStatus:
-        """Nodes, partition owners with their epochs, and connected workers."""
-        return await self._call(
-            self._stub.GetClusterStatus, scheduler_pb2.GetClusterStatusRequest()
-        )
+    async def cluster_status(self, local_only: bool = False) -> scheduler_pb2.ClusterStatus:
+        """Nodes (each with its own report: clock skew, eligibility, the partitions it runs),
+        partition owners with their epochs, and workers (once each, with every node they are
+        connected to). ``missing_nodes`` names the nodes that did not answer.
+        ``local_only``: only what the node asked knows, without asking its peers."""
+        req = scheduler_pb2.GetClusterStatusRequest(local_only=local_only)
+        return await self._call(self._stub.GetClusterStatus, req)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def close(self) -> None:

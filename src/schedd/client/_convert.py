@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,8 +25,10 @@ __all__ = [
     "execution_to_dict",
     "iso_utc",
     "job_to_dict",
+    "missing_nodes_to_dicts",
     "parse_time_ms",
     "to_duration_ms",
+    "worker_to_dict",
 ]
 
 
@@ -194,36 +196,57 @@ def _rows(messages: Any, fields: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{key: getattr(m, attr) for key, attr in fields.items()} for m in messages]
 
 
+def missing_nodes_to_dicts(missing: Iterable[scheduler_pb2.MissingNode]) -> list[dict[str, str]]:
+    """The nodes that did not answer a cluster-wide call: node_id, address, reason."""
+    return [{"node_id": m.node_id, "address": m.address, "reason": m.reason} for m in missing]
+
+
+def worker_to_dict(w: scheduler_pb2.WorkerStatus) -> dict[str, Any]:
+    """A JSON-friendly dict of a worker; ``node_ids``: every node it is connected to."""
+    return {
+        "worker_id": w.worker_id,
+        "node_id": w.node_id,
+        "node_ids": list(w.node_ids) or ([w.node_id] if w.node_id else []),
+        "queues": list(w.queues),
+        "handlers": list(w.handlers),
+        "capacity": w.capacity,
+        "in_flight": w.in_flight,
+        "prefetch": w.prefetch,
+        "held": w.held,
+        "connected_ms": w.connected_ms,
+        "connected_time": iso_utc(w.connected_ms),
+    }
+
+
+def _node_to_dict(n: scheduler_pb2.NodeStatus) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "node_id": n.node_id,
+        "address": n.address,
+        "version": n.version,
+        "started_ms": n.started_ms,
+        "clock_ms": n.clock_ms,
+        "partitions_owned": n.partitions_owned,
+        "started_time": iso_utc(n.started_ms),
+        "reported": n.reported,
+    }
+    if n.reported:
+        out["clock_skew_ms"] = n.clock_skew_ms if n.clock_skew_known else None
+        out["eligible"] = n.eligible
+        out["ineligible_reason"] = n.ineligible_reason
+        out["owned"] = [{"partition": p.partition, "epoch": p.epoch} for p in n.owned]
+    return out
+
+
 def cluster_status_to_dict(status: scheduler_pb2.ClusterStatus) -> dict[str, Any]:
-    """A JSON-friendly dict of the cluster status: nodes, partitions (owner, epoch), workers."""
-    nodes = _rows(
-        status.nodes,
-        {n: n for n in ("node_id", "address", "version", "started_ms", "clock_ms")}
-        | {"partitions_owned": "partitions_owned"},
-    )
-    for node in nodes:
-        node["started_time"] = iso_utc(node["started_ms"])
-    workers = [
-        {
-            "worker_id": w.worker_id,
-            "node_id": w.node_id,
-            "queues": list(w.queues),
-            "handlers": list(w.handlers),
-            "capacity": w.capacity,
-            "in_flight": w.in_flight,
-            "prefetch": w.prefetch,
-            "held": w.held,
-            "connected_ms": w.connected_ms,
-            "connected_time": iso_utc(w.connected_ms),
-        }
-        for w in status.workers
-    ]
+    """A JSON-friendly dict of the cluster status: nodes (with their own reports), partitions
+    (owner, epoch), workers, and the nodes that did not answer."""
     return {
         "cluster_id": status.cluster_id,
         "partition_count": status.partition_count,
-        "nodes": nodes,
+        "nodes": [_node_to_dict(n) for n in status.nodes],
         "partitions": _rows(
             status.partitions, {"partition": "partition", "owner": "owner", "epoch": "epoch"}
         ),
-        "workers": workers,
+        "workers": [worker_to_dict(w) for w in status.workers],
+        "missing_nodes": missing_nodes_to_dicts(status.missing_nodes),
     }

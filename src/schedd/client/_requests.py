@@ -31,6 +31,20 @@ class CreateJobResult:
     created: bool
 
 
+class ExecutionList(list[execution_pb2.Execution]):
+    """The executions of a cluster-wide listing, and ``missing_nodes``: the nodes that did
+    not answer (down or too slow), whose part may be missing from the list (empty when every
+    node answered)."""
+
+    def __init__(
+        self,
+        items: Iterable[execution_pb2.Execution] = (),
+        missing_nodes: Iterable[scheduler_pb2.MissingNode] = (),
+    ) -> None:
+        super().__init__(items)
+        self.missing_nodes: list[scheduler_pb2.MissingNode] = list(missing_nodes)
+
+
 @dataclass(frozen=True)
 class BackfillResult:
     """The executions a backfill created, and how many fires ``limit`` left out."""

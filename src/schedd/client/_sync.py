@@ -167,6 +167,7 @@ class Client:
 
     # -- executions -----------------------------------------------------------------------------
     get_execution = _blocking(AsyncClient.get_execution)
+    list_executions_page = _blocking(AsyncClient.list_executions_page)
     list_executions = _blocking(AsyncClient.list_executions)
     list_dead_letters = _blocking(AsyncClient.list_dead_letters)
     redrive = _blocking(AsyncClient.redrive)

@@ -9,13 +9,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from schedd._clock import Clock
-from schedd._errors import (
-    ExecutionNotFound,
-    InvalidArgument,
-    SchedError,
-)
+from schedd._errors import InvalidArgument, SchedError
 from schedd._status import item_error
-from schedd.history import History
+from schedd.history import Position
 from schedd.model import (
     apply_update,
     new_job_id,
@@ -23,6 +19,7 @@ from schedd.model import (
     validate_id,
     validate_new_job_parsed,
 )
+from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
 from schedd.store import JobStore
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
@@ -32,15 +29,24 @@ MAX_BATCH = 10_000
 MAX_BACKFILL = 10_000
 
 
-class LiveView(Protocol):
-    """What the node knows in memory about executions it owns (dispatch state is not in etcd)."""
+class ClusterView(Protocol):
+    """The cluster-wide reads (:class:`~._cluster_views.ClusterViews`: every node asked)."""
 
-    def live_execution(self, execution_id: str) -> execution_pb2.Execution | None: ...
-    def live_executions(self) -> list[execution_pb2.Execution]: ...
-    async def cluster_status(self) -> scheduler_pb2.ClusterStatus: ...
+    async def list_executions(
+        self, req: scheduler_pb2.ListExecutionsRequest, after: Position | None, size: int
+    ) -> scheduler_pb2.ListExecutionsResponse: ...
+
+    async def get_execution(self, execution_id: str) -> execution_pb2.Execution: ...
+
+    async def cluster_status(self, local_only: bool) -> scheduler_pb2.ClusterStatus: ...
 
 
-def _page_size(value: int, field: str = "page_size") -> int:
+def page_size(value: int, field: str = "page_size") -> int:
+    """The page size a request asks for (0: 100).
+
+    Raises:
+        InvalidArgument: on ``field`` when negative or above the maximum.
+    """
     if value < 0 or value > MAX_PAGE:
         raise InvalidArgument(field, f"must be between 0 and {MAX_PAGE}, got {value}")
     return value or 100
@@ -50,15 +56,13 @@ class NodeApi:
     def __init__(
         self,
         jobs: JobStore,
-        history: History,
-        live: LiveView,
+        views: ClusterView,
         clock: Clock,
         *,
         id_factory: Callable[[], str] = new_job_id,
     ) -> None:
         self.jobs = jobs
-        self.history = history
-        self.live = live
+        self.views = views
         self.clock = clock
         self.id_factory = id_factory
 
@@ -125,7 +129,7 @@ class NodeApi:
         jobs, token = await self.jobs.list_jobs(
             tenant=req.tenant,
             name_prefix=req.name_prefix,
-            page_size=_page_size(req.page_size),
+            page_size=page_size(req.page_size),
             page_token=req.page_token,
         )
         return scheduler_pb2.ListJobsResponse(jobs=jobs, next_page_token=token)
@@ -191,51 +195,21 @@ class NodeApi:
     async def get_execution(
         self, req: scheduler_pb2.GetExecutionRequest
     ) -> execution_pb2.Execution:
-        eid = validate_execution_id("id", req.id)
-        live = self.live.live_execution(eid)
-        if live is not None:
-            return live
-        stored = await self.jobs.get_live_execution(eid)
-        if stored is not None:
-            return stored
-        done = self.history.get(eid)
-        if done is not None:
-            return done
-        try:
-            return await self.jobs.get_dead(eid)
-        except ExecutionNotFound:
-            raise ExecutionNotFound(eid) from None
+        return await self.views.get_execution(validate_execution_id("id", req.id))
 
     async def list_executions(
         self, req: scheduler_pb2.ListExecutionsRequest
     ) -> scheduler_pb2.ListExecutionsResponse:
-        size = _page_size(req.page_size)
+        size = page_size(req.page_size)
         if req.job_id:
             validate_id("job_id", req.job_id)
-        states = set(req.states)
-        merged: dict[str, execution_pb2.Execution] = {}
-        for ex in self.history.list(job_id=req.job_id, states=list(states), limit=size * 4):
-            merged[ex.id] = ex
-        for ex in await self.jobs.list_live(req.job_id):
-            merged[ex.id] = self.live.live_execution(ex.id) or ex
-        for ex in self.live.live_executions():
-            if not req.job_id or ex.job_id == req.job_id:
-                merged[ex.id] = ex
-        rows = [
-            e
-            for e in merged.values()
-            if (not states or e.state in states) and (not req.tenant or e.tenant == req.tenant)
-        ]
-        rows.sort(key=lambda e: (e.scheduled_ms, e.id), reverse=True)
-        start = int(req.page_token) if req.page_token.isdigit() else 0
-        page = rows[start : start + size]
-        token = str(start + size) if start + size < len(rows) else ""
-        return scheduler_pb2.ListExecutionsResponse(executions=page, next_page_token=token)
+        after = decode_page_token(req.page_token)
+        return await self.views.list_executions(req, after, size)
 
     async def list_dead_letters(
         self, req: scheduler_pb2.ListDeadLettersRequest
     ) -> scheduler_pb2.ListDeadLettersResponse:
-        size = _page_size(req.page_size)
+        size = page_size(req.page_size)
         if req.job_id:
             validate_id("job_id", req.job_id)
         rows = await self.jobs.list_dead(req.tenant, req.job_id)
@@ -266,4 +240,4 @@ class NodeApi:
     async def cluster_status(
         self, req: scheduler_pb2.GetClusterStatusRequest
     ) -> scheduler_pb2.ClusterStatus:
-        return await self.live.cluster_status()
+        return await self.views.cluster_status(req.local_only)

@@ -49,6 +49,11 @@ class NodeConfig:
         compaction_interval_s: how often the node compacts etcd's history (0: never).
         compaction_keep_revisions: how many revisions of history compaction keeps.
         history_ttl_ms: how long finished executions stay in the local history.
+        history_prune_interval_s: how often history older than ``history_ttl_ms`` is deleted
+            (besides once at start; 0: only at start).
+        peer_timeout_ms: how long a cluster-wide view (run list, run get, cluster status)
+            waits for each peer's part; a peer that has not answered by then is reported in
+            the answer's ``missing_nodes``.
         stop_timeout_s: how long a graceful stop may spend releasing partitions.
         server_grace_s: how long a graceful stop lets the gRPC server finish its calls.
     """
@@ -78,5 +83,7 @@ class NodeConfig:
     compaction_interval_s: float = 60.0
     compaction_keep_revisions: int = 50_000
     history_ttl_ms: int = 7 * 86_400_000
+    history_prune_interval_s: float = 60.0
+    peer_timeout_ms: int = 2_000
     stop_timeout_s: float = 10.0
     server_grace_s: float = 5.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -35,16 +36,19 @@ from schedd.coord import (
     init_cluster,
 )
 from schedd.dispatch import DispatchConfig, Dispatcher
-from schedd.history import History
-from schedd.node._api import NodeApi
+from schedd.history import History, HistoryPruner, Position, comes_after, list_order
+from schedd.node._api import NodeApi, page_size
+from schedd.node._cluster_views import ClusterViews, PeerAnswers
 from schedd.node._config import NodeConfig
+from schedd.node._fanout import Fanout
 from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions
 from schedd.node._notify import NotifyWatcher
 from schedd.node._partition import Partition
-from schedd.node._servicer import SchedulerServicer
+from schedd.node._servicer import PeerServicer, SchedulerServicer
 from schedd.node._settling import Settler
 from schedd.node._upkeep import StoreUpkeep
+from schedd.node._views import advancement, matches, merge_executions
 from schedd.obs import Health, MetricsRecorder, NoopRecorder
 from schedd.store import (
     KV,
@@ -55,9 +59,19 @@ from schedd.store import (
     parse_execution_id,
     partition_of,
 )
-from schedd.v1 import execution_pb2, scheduler_pb2, scheduler_pb2_grpc, worker_pb2
+from schedd.v1 import (
+    execution_pb2,
+    peer_pb2,
+    peer_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    worker_pb2,
+)
 
 log = logging.getLogger(__name__)
+
+#: What a node publishes as its version (node records, cluster status).
+VERSION = "0.1.0"
 
 SERVER_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
@@ -125,7 +139,9 @@ class Node:
         self.firer.may_act = self.dispatcher.may_dispatch = self._may_act
         self.dispatcher.live_until_ms = self._live_until_ms
         self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
-        self.api = NodeApi(self.jobs, self.history, self, self.clock)
+        self.fanout = Fanout(cfg.node_id, self._members, cfg.peer_timeout_ms / 1000)
+        self.views = ClusterViews(self, self.fanout, self.jobs)
+        self.api = NodeApi(self.jobs, self.views, self.clock)
         await self._serve()
         await self.dispatcher.start()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
@@ -135,6 +151,9 @@ class Node:
         self._run_supervised("store probe", self.upkeep.probe)
         if cfg.compaction_interval_s > 0:
             self._run_supervised("compaction", self.upkeep.compact)
+        if cfg.history_prune_interval_s > 0:
+            pruner = HistoryPruner(self.history, self.clock, cfg.history_prune_interval_s)
+            self._run_supervised("history prune", pruner.run)
         log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
 
     def _may_act(self) -> bool:
@@ -163,11 +182,14 @@ class Node:
     async def _serve(self) -> None:
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.api), self.server)
+        peer = PeerServicer(PeerAnswers(self, page_size))
+        peer_pb2_grpc.add_PeerServicer_to_server(peer, self.server)
         self.dispatcher.add_to_server(self.server)
         self.health.add_to_server(self.server)
         names = (
             scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,
+            peer_pb2.DESCRIPTOR.services_by_name["Peer"].full_name,
             self.health.service_name,
             reflection.SERVICE_NAME,
         )
@@ -205,6 +227,7 @@ class Node:
         await self._close_session()
         await self.dispatcher.stop(graceful, timeout)
         await self.server.stop(min(self.config.server_grace_s, timeout) if graceful else 0)
+        await self.fanout.close()
         if self._given_kv is None:
             await self.kv.close()
         self.history.close()
@@ -244,7 +267,7 @@ class Node:
         cfg = self.config
         self._session = Session(self.kv, ttl_s=cfg.session_ttl_s, clock=self.clock)
         await self._session.start()
-        info = NodeInfo(cfg.node_id, self.address, "0.1.0", self.started_ms, self.clock.now_ms())
+        info = NodeInfo(cfg.node_id, self.address, VERSION, self.started_ms, self.clock.now_ms())
         self._membership = Membership(self.kv, self.keys, self._session, info, clock=self.clock)
         await self._membership.start()
         self._ownership = PartitionOwnership(
@@ -310,28 +333,78 @@ class Node:
         task = asyncio.get_running_loop().create_task(release())
         self._tasks.append(task)
 
-    # -- LiveView for the API -----------------------------------------------------------------
+    # -- LocalParts: what this node answers about itself (to itself and to peers) -----------
 
-    def live_execution(self, execution_id: str) -> execution_pb2.Execution | None:
+    def local_executions(
+        self, req: scheduler_pb2.ListExecutionsRequest, after: Position | None, limit: int
+    ) -> tuple[list[execution_pb2.Execution], bool]:
+        """Its history and its claimed, unfinished executions (with the dispatch state only
+        memory has), up to ``limit`` after ``after``; and whether it holds more."""
+        states = list(req.states)
+        done = self.history.page(
+            job_id=req.job_id, tenant=req.tenant, states=states, after=after, limit=limit
+        )
+        held = [
+            live.ex
+            for part in self.partitions.values()
+            for live in part.live.values()
+            if matches(live.ex, req.job_id, req.tenant, states) and comes_after(live.ex, after)
+        ]
+        live = []
+        for ex in heapq.nsmallest(limit, held, key=list_order):  # copied: memory moves on
+            copy = execution_pb2.Execution()
+            copy.CopyFrom(ex)
+            live.append(copy)
+        merged = merge_executions([done, live])
+        more = len(done) >= limit or len(held) > limit or len(merged) > limit
+        return merged[:limit], more
+
+    def local_execution(self, execution_id: str) -> execution_pb2.Execution | None:
         job_id, _ = parse_execution_id(execution_id)
         part = self.partitions.get(partition_of(job_id, self.config.partitions))
         live = part.live.get(execution_id) if part else None
-        if live is None:
-            return None
-        out = execution_pb2.Execution()
-        out.CopyFrom(live.ex)
-        return out
+        done = self.history.get(execution_id)
+        found = [done] if done is not None else []
+        if live is not None:
+            copy = execution_pb2.Execution()
+            copy.CopyFrom(live.ex)
+            found.append(copy)
+        return max(found, key=advancement) if found else None
 
-    def live_executions(self) -> list[execution_pb2.Execution]:
-        out = []
-        for part in self.partitions.values():
-            for live in part.live.values():
-                ex = execution_pb2.Execution()
-                ex.CopyFrom(live.ex)
-                out.append(ex)
-        return out
+    def local_status(self) -> peer_pb2.LocalStatus:
+        membership, ownership = self._membership, self._ownership
+        me = scheduler_pb2.NodeStatus(
+            node_id=self.config.node_id,
+            address=self.address,
+            version=VERSION,
+            started_ms=self.started_ms,
+            clock_ms=self.clock.now_ms(),
+            partitions_owned=len(self.partitions),
+            reported=True,
+        )
+        skew = membership.clock_skew_ms() if membership is not None else None
+        me.clock_skew_known = skew is not None
+        me.clock_skew_ms = skew or 0
+        if membership is None or ownership is None:
+            me.ineligible_reason = "no session with the store yet"
+        elif ownership.skew_reason:
+            me.ineligible_reason = ownership.skew_reason
+        elif not membership.info.eligible:
+            me.ineligible_reason = "clock not yet compared with the peers' clocks"
+        else:
+            me.eligible = True
+        if ownership is not None:
+            for p, fence in sorted(ownership.owned().items()):
+                me.owned.add(partition=p, owner=self.config.node_id, epoch=fence.epoch)
+        return peer_pb2.LocalStatus(node=me, workers=self.dispatcher.workers())
 
-    async def cluster_status(self) -> scheduler_pb2.ClusterStatus:
+    def _members(self) -> dict[str, str]:
+        membership = self._membership
+        if membership is None:
+            return {}
+        return {n: info.address for n, info in membership.live_nodes().items()}
+
+    async def membership_status(self) -> scheduler_pb2.ClusterStatus:
         status = scheduler_pb2.ClusterStatus(
             cluster_id=self.cluster_id, partition_count=self.config.partitions
         )
@@ -354,5 +427,4 @@ class Node:
                         partitions_owned=owners.get(info.node_id, 0),
                     )
                 )
-        status.workers.extend(self.dispatcher.workers())
         return status

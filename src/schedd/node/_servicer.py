@@ -1,4 +1,5 @@
-"""The Scheduler gRPC servicer: a thin adapter from messages to :class:`NodeApi` calls."""
+"""The gRPC servicers: thin adapters from messages to :class:`NodeApi` calls (the public
+Scheduler service) and to :class:`PeerAnswers` (the internal Peer service)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import grpc
 from schedd._errors import SchedError
 from schedd._status import abort_with
 from schedd.node._api import NodeApi
-from schedd.v1 import scheduler_pb2_grpc
+from schedd.node._cluster_views import PeerAnswers
+from schedd.v1 import peer_pb2_grpc, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +84,19 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     async def GetClusterStatus(self, request: Any, context: Any) -> Any:
         return await _call(self.api.cluster_status, request, context)
+
+
+class PeerServicer(peer_pb2_grpc.PeerServicer):
+    """The internal node-to-node service: a thin adapter over :class:`PeerAnswers`."""
+
+    def __init__(self, answers: PeerAnswers) -> None:
+        self.answers = answers
+
+    async def ListLocalExecutions(self, request: Any, context: Any) -> Any:
+        return await _call(self.answers.list_local, request, context)
+
+    async def GetLocalExecution(self, request: Any, context: Any) -> Any:
+        return await _call(self.answers.get_local, request, context)
+
+    async def GetLocalStatus(self, request: Any, context: Any) -> Any:
+        return await _call(self.answers.status_local, request, context)

@@ -26,6 +26,34 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class MissingNode(_message.Message):
+    """A live node that did not answer a cluster-wide request in time: the answer lacks its part."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    address: _builtins.str
+    reason: _builtins.str
+    """What went wrong: "deadline exceeded after 2000 ms", "UNAVAILABLE: connection refused", ..."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "node_id", b"node_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MissingNode: _TypeAlias = MissingNode  # noqa: Y015
+
+@_typing.final
 class CreateJobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -456,7 +484,11 @@ class ListExecutionsRequest(_message.Message):
     job_id: _builtins.str
     tenant: _builtins.str
     page_size: _builtins.int
+    """0 means 100; at most 1000."""
     page_token: _builtins.str
+    """From the previous response (a keyset cursor: the last execution returned); empty for the
+    first page. Anything else is INVALID_ARGUMENT naming page_token.
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_execution_pb2.ExecutionState.ValueType]: ...
     def __init__(
@@ -482,20 +514,29 @@ class ListExecutionsResponse(_message.Message):
 
     EXECUTIONS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    MISSING_NODES_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def executions(self) -> _containers.RepeatedCompositeFieldContainer[_execution_pb2.Execution]:
-        """Newest scheduled time first."""
+        """Newest scheduled time first, then by id; one entry per execution (the most advanced
+        state any node reported).
+        """
+
+    @_builtins.property
+    def missing_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MissingNode]:
+        """Nodes whose part is missing (down, or too slow): the list may be incomplete."""
 
     def __init__(
         self,
         *,
         executions: _abc.Iterable[_execution_pb2.Execution] | None = ...,
         next_page_token: _builtins.str = ...,
+        missing_nodes: _abc.Iterable[Global___MissingNode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "missing_nodes", b"missing_nodes", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -604,12 +645,19 @@ Global___RedriveDeadLettersResponse: _TypeAlias = RedriveDeadLettersResponse  # 
 class GetClusterStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    LOCAL_ONLY_FIELD_NUMBER: _builtins.int
+    local_only: _builtins.bool
+    """Answer from the receiving node alone (its membership view, the partition table, its own
+    workers), asking no peer: what worker discovery uses.
+    """
     def __init__(
         self,
+        *,
+        local_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_only", b"local_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -625,6 +673,12 @@ class NodeStatus(_message.Message):
     STARTED_MS_FIELD_NUMBER: _builtins.int
     CLOCK_MS_FIELD_NUMBER: _builtins.int
     PARTITIONS_OWNED_FIELD_NUMBER: _builtins.int
+    CLOCK_SKEW_MS_FIELD_NUMBER: _builtins.int
+    CLOCK_SKEW_KNOWN_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_FIELD_NUMBER: _builtins.int
+    INELIGIBLE_REASON_FIELD_NUMBER: _builtins.int
+    OWNED_FIELD_NUMBER: _builtins.int
+    REPORTED_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     version: _builtins.str
@@ -632,6 +686,20 @@ class NodeStatus(_message.Message):
     clock_ms: _builtins.int
     """The node's clock when it last registered, for skew checks."""
     partitions_owned: _builtins.int
+    clock_skew_ms: _builtins.int
+    """The fields below are the node's own report (empty when it is in missing_nodes).
+    Its clock minus the cluster's median clock; clock_skew_known false until measured.
+    """
+    clock_skew_known: _builtins.bool
+    eligible: _builtins.bool
+    """Whether it may own partitions; if not, why (clock skew beyond the limit, unverified)."""
+    ineligible_reason: _builtins.str
+    reported: _builtins.bool
+    """Whether this entry carries the node's own report (it answered)."""
+    @_builtins.property
+    def owned(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]:
+        """The partitions it runs now, with the epoch of its fence on each."""
+
     def __init__(
         self,
         *,
@@ -641,10 +709,16 @@ class NodeStatus(_message.Message):
         started_ms: _builtins.int = ...,
         clock_ms: _builtins.int = ...,
         partitions_owned: _builtins.int = ...,
+        clock_skew_ms: _builtins.int = ...,
+        clock_skew_known: _builtins.bool = ...,
+        eligible: _builtins.bool = ...,
+        ineligible_reason: _builtins.str = ...,
+        owned: _abc.Iterable[Global___PartitionStatus] | None = ...,
+        reported: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "clock_ms", b"clock_ms", "node_id", b"node_id", "partitions_owned", b"partitions_owned", "started_ms", b"started_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "clock_ms", b"clock_ms", "clock_skew_known", b"clock_skew_known", "clock_skew_ms", b"clock_skew_ms", "eligible", b"eligible", "ineligible_reason", b"ineligible_reason", "node_id", b"node_id", "owned", b"owned", "partitions_owned", b"partitions_owned", "reported", b"reported", "started_ms", b"started_ms", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -679,6 +753,10 @@ Global___PartitionStatus: _TypeAlias = PartitionStatus  # noqa: Y015
 
 @_typing.final
 class WorkerStatus(_message.Message):
+    """A worker connects to every node: cluster-wide it is listed once, with every node it has a
+    stream to (node_ids); in_flight and held are summed over those streams.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
@@ -690,9 +768,10 @@ class WorkerStatus(_message.Message):
     CONNECTED_MS_FIELD_NUMBER: _builtins.int
     PREFETCH_FIELD_NUMBER: _builtins.int
     HELD_FIELD_NUMBER: _builtins.int
+    NODE_IDS_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     node_id: _builtins.str
-    """The node whose stream it is connected to."""
+    """The first of node_ids (kept for readers of one node's answer)."""
     capacity: _builtins.int
     in_flight: _builtins.int
     connected_ms: _builtins.int
@@ -703,6 +782,10 @@ class WorkerStatus(_message.Message):
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def handlers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every node it has a stream to, sorted."""
+
     def __init__(
         self,
         *,
@@ -715,10 +798,11 @@ class WorkerStatus(_message.Message):
         connected_ms: _builtins.int = ...,
         prefetch: _builtins.int = ...,
         held: _builtins.int = ...,
+        node_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "connected_ms", b"connected_ms", "handlers", b"handlers", "held", b"held", "in_flight", b"in_flight", "node_id", b"node_id", "prefetch", b"prefetch", "queues", b"queues", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "connected_ms", b"connected_ms", "handlers", b"handlers", "held", b"held", "in_flight", b"in_flight", "node_id", b"node_id", "node_ids", b"node_ids", "prefetch", b"prefetch", "queues", b"queues", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -733,6 +817,7 @@ class ClusterStatus(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
+    MISSING_NODES_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     partition_count: _builtins.int
     @_builtins.property
@@ -741,6 +826,10 @@ class ClusterStatus(_message.Message):
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]: ...
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerStatus]: ...
+    @_builtins.property
+    def missing_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MissingNode]:
+        """Nodes whose own report is missing (down, or too slow)."""
+
     def __init__(
         self,
         *,
@@ -749,10 +838,11 @@ class ClusterStatus(_message.Message):
         nodes: _abc.Iterable[Global___NodeStatus] | None = ...,
         partitions: _abc.Iterable[Global___PartitionStatus] | None = ...,
         workers: _abc.Iterable[Global___WorkerStatus] | None = ...,
+        missing_nodes: _abc.Iterable[Global___MissingNode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "nodes", b"nodes", "partition_count", b"partition_count", "partitions", b"partitions", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "missing_nodes", b"missing_nodes", "nodes", b"nodes", "partition_count", b"partition_count", "partitions", b"partitions", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

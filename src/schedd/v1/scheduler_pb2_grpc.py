@@ -180,13 +180,18 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetExecution(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Asks every live node (run history stays on the node that finished an execution).
+        NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
+        that did not answer, when it was not found but some node did not answer.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListExecutions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cluster-wide: the receiving node asks every live node for its part and merges them, so
+        every node gives the same answer (see missing_nodes).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -206,7 +211,8 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetClusterStatus(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cluster-wide (each node's own view, workers merged), unless local_only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -52,13 +52,21 @@ class SchedulerStub:
     BackfillJob: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.BackfillJobRequest, _scheduler_pb2.BackfillJobResponse]
     """Creates one execution for every scheduled fire in [start_ms, end_ms)."""
     GetExecution: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetExecutionRequest, _execution_pb2.Execution]
+    """Asks every live node (run history stays on the node that finished an execution).
+    NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
+    that did not answer, when it was not found but some node did not answer.
+    """
     ListExecutions: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListExecutionsRequest, _scheduler_pb2.ListExecutionsResponse]
+    """Cluster-wide: the receiving node asks every live node for its part and merges them, so
+    every node gives the same answer (see missing_nodes).
+    """
     ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListDeadLettersRequest, _scheduler_pb2.ListDeadLettersResponse]
     RedriveDeadLetters: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.RedriveDeadLettersRequest, _scheduler_pb2.RedriveDeadLettersResponse]
     """Puts dead executions back: each gets a fresh budget of max_attempts attempts (numbered on
     from the dead ones) and runs as soon as possible.
     """
     GetClusterStatus: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _scheduler_pb2.ClusterStatus]
+    """Cluster-wide (each node's own view, workers merged), unless local_only."""
 
 @_typing.type_check_only
 class SchedulerAsyncStub(SchedulerStub):
@@ -77,13 +85,21 @@ class SchedulerAsyncStub(SchedulerStub):
     BackfillJob: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.BackfillJobRequest, _scheduler_pb2.BackfillJobResponse]  # type: ignore[assignment]
     """Creates one execution for every scheduled fire in [start_ms, end_ms)."""
     GetExecution: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetExecutionRequest, _execution_pb2.Execution]  # type: ignore[assignment]
+    """Asks every live node (run history stays on the node that finished an execution).
+    NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
+    that did not answer, when it was not found but some node did not answer.
+    """
     ListExecutions: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListExecutionsRequest, _scheduler_pb2.ListExecutionsResponse]  # type: ignore[assignment]
+    """Cluster-wide: the receiving node asks every live node for its part and merges them, so
+    every node gives the same answer (see missing_nodes).
+    """
     ListDeadLetters: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListDeadLettersRequest, _scheduler_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
     RedriveDeadLetters: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.RedriveDeadLettersRequest, _scheduler_pb2.RedriveDeadLettersResponse]  # type: ignore[assignment]
     """Puts dead executions back: each gets a fresh budget of max_attempts attempts (numbered on
     from the dead ones) and runs as soon as possible.
     """
     GetClusterStatus: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _scheduler_pb2.ClusterStatus]  # type: ignore[assignment]
+    """Cluster-wide (each node's own view, workers merged), unless local_only."""
 
 class SchedulerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -164,14 +180,21 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _scheduler_pb2.GetExecutionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_execution_pb2.Execution, _abc.Awaitable[_execution_pb2.Execution]]: ...
+    ) -> _typing.Union[_execution_pb2.Execution, _abc.Awaitable[_execution_pb2.Execution]]:
+        """Asks every live node (run history stays on the node that finished an execution).
+        NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
+        that did not answer, when it was not found but some node did not answer.
+        """
 
     @_abc_1.abstractmethod
     def ListExecutions(
         self,
         request: _scheduler_pb2.ListExecutionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduler_pb2.ListExecutionsResponse, _abc.Awaitable[_scheduler_pb2.ListExecutionsResponse]]: ...
+    ) -> _typing.Union[_scheduler_pb2.ListExecutionsResponse, _abc.Awaitable[_scheduler_pb2.ListExecutionsResponse]]:
+        """Cluster-wide: the receiving node asks every live node for its part and merges them, so
+        every node gives the same answer (see missing_nodes).
+        """
 
     @_abc_1.abstractmethod
     def ListDeadLetters(
@@ -195,6 +218,7 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _scheduler_pb2.GetClusterStatusRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduler_pb2.ClusterStatus, _abc.Awaitable[_scheduler_pb2.ClusterStatus]]: ...
+    ) -> _typing.Union[_scheduler_pb2.ClusterStatus, _abc.Awaitable[_scheduler_pb2.ClusterStatus]]:
+        """Cluster-wide (each node's own view, workers merged), unless local_only."""
 
 def add_SchedulerServicer_to_server(servicer: SchedulerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -127,8 +127,9 @@ class StatusQuery:
             channel = grpc.aio.insecure_channel(address, options=self._options)
             self._channels[address] = channel
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        # local_only: the node's own membership view is all discovery needs; no fan-out.
         status = await stub.GetClusterStatus(
-            scheduler_pb2.GetClusterStatusRequest(), timeout=timeout
+            scheduler_pb2.GetClusterStatusRequest(local_only=True), timeout=timeout
         )
         return {n.node_id: n.address for n in status.nodes if n.address}
 
