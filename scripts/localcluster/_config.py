@@ -129,7 +129,8 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             return path if path.is_absolute() else REPO_ROOT / path
         return str(raw).strip()
     except ValueError as exc:
-        raise ConfigError(f"{name}: {raw!r} is not a {kind}") from exc
+        what = {"int": "a whole number", "float": "a number"}.get(kind, kind)
+        raise ConfigError(f"{name}: {raw!r} is not {what}") from exc
 
 
 def load(env: dict[str, str] | None = None) -> ClusterConfig:
