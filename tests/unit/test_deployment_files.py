@@ -119,11 +119,17 @@ def _one(unit: dict[str, list[tuple[str, str]]], section: str, key: str) -> str:
     return values[0]
 
 
-def _env_file(path: Path) -> dict[str, str]:
+def _env_file(path: Path, *, commented: bool = False) -> dict[str, str]:
+    """``KEY=VALUE`` lines; with ``commented``, the commented-out ones (``#KEY=VALUE``, the
+    alternatives an example offers) instead."""
     env: dict[str, str] = {}
     for raw in path.read_text().splitlines():
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if commented:
+            if not re.match(r"#[A-Z][A-Z0-9_]*=", line):
+                continue
+            line = line[1:]
+        elif not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
         assert sep and re.fullmatch(r"[A-Z][A-Z0-9_]*", key), f"{path.name}: {line!r}"
@@ -163,7 +169,10 @@ def test_node_unit_runs_a_node_with_real_flags(
 ) -> None:
     unit = _unit(SYSTEMD / "schedd-node@.service")
     env = _env_file(SYSTEMD / "node.env.example") | _env_file(SYSTEMD / "node-node-1.env.example")
-    assert set(env) - GROUP_ENV <= _envvars("node"), "a variable no `schedd node` option reads"
+    alternatives = _env_file(SYSTEMD / "node.env.example", commented=True)
+    assert {"SCHEDD_ETCD_CA", "SCHEDD_ETCD_CERT", "SCHEDD_ETCD_KEY"} <= set(alternatives)
+    for names in (set(env), set(alternatives)):
+        assert names - GROUP_ENV <= _envvars("node"), "a variable no `schedd node` option reads"
     files = [v for k, v in unit["Service"] if k == "EnvironmentFile"]
     assert files == ["/etc/schedd/node.env", "-/etc/schedd/node-%i.env"]
 
@@ -176,7 +185,11 @@ def test_node_unit_runs_a_node_with_real_flags(
     assert _one(unit, "Service", "StateDirectory") == "schedd/%i"  # the data dir, created
     assert params["etcd_endpoints"] == env["SCHEDD_ETCD"]
     assert params["advertise"] == "node-1.internal:7070"
-    assert params["etcd_ca"] and params["etcd_cert"] and params["etcd_key"]
+    assert params["etcd_ca"] is None  # TLS is the commented alternative
+    with_tls = _parse(argv[1:], env | alternatives, monkeypatch, tmp_path)
+    assert with_tls["etcd_ca"] and with_tls["etcd_cert"] and with_tls["etcd_key"]
+    # With TLS a node takes one endpoint today (no flag for the name to verify).
+    assert "," not in with_tls["etcd_endpoints"]
     assert _timeout_s(_one(unit, "Service", "TimeoutStopSec")) > NODE_STOP_BUDGET_S
     assert _one(unit, "Service", "KillSignal") == "SIGTERM"
 
@@ -349,6 +362,7 @@ def test_nodes_are_a_statefulset_with_stable_ids(
     assert volumes["etcd-tls"]["secret"]["secretName"] == "schedd-etcd-tls"
     for key in ("SCHEDD_ETCD_CA", "SCHEDD_ETCD_CERT", "SCHEDD_ETCD_KEY"):
         assert Path(env[key]).parent == Path(tls_dir), key
+    assert "," not in params["etcd_endpoints"]  # with TLS, one endpoint (a Service)
     # The data dir is the persistent volume.
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert mounts[claim["metadata"]["name"]] == params["data_dir"]
