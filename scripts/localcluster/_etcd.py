@@ -82,6 +82,8 @@ class MemberView:
     leader: bool = False
     version: str = ""
     db_size: int = 0
+    #: What of ``db_size`` holds data; the rest is free space a defrag returns to the OS.
+    db_size_in_use: int = 0
     raft_term: int = 0
     error: str = ""
 
@@ -128,6 +130,7 @@ def _probe(view: MemberView, timeout_s: float) -> None:
         view.reachable = True
         view.version = str(status.get("version", ""))
         view.db_size = int(status.get("dbSize", 0))
+        view.db_size_in_use = int(status.get("dbSizeInUse", 0))
         view.raft_term = int(status.get("raftTerm", 0))
         header_id = int(status.get("header", {}).get("member_id", 0))
         view.leader = header_id != 0 and header_id == int(status.get("leader", 0))

@@ -114,7 +114,7 @@ def render(status: dict[str, Any]) -> str:
     )
     out += ["", "etcd members"]
     out += _table(
-        ("NAME", "ID", "CLIENT URL", "HEALTH", "LEADER", "VERSION", "DB SIZE", "TERM"),
+        ("NAME", "ID", "CLIENT URL", "HEALTH", "LEADER", "VERSION", "DB SIZE", "IN USE", "TERM"),
         [
             (
                 m["name"],
@@ -124,6 +124,7 @@ def render(status: dict[str, Any]) -> str:
                 "leader" if m["leader"] else "-",
                 m["version"] or "-",
                 _size(m["db_size"]) if m["reachable"] else "-",
+                _size(m["db_size_in_use"]) if m["reachable"] else "-",
                 m["raft_term"] or "-",
             )
             for m in status["etcd"]["members"]

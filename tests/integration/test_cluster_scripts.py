@@ -118,6 +118,7 @@ def _check_status_json(status: dict[str, Any]) -> None:
     assert [m["name"] for m in members] == ["m0", "m1", "m2"]
     assert all(m["healthy"] for m in members)
     assert sum(m["leader"] for m in members) == 1
+    assert all(0 < m["db_size_in_use"] <= m["db_size"] for m in members), members
     running = {p["name"]: p["pid"] for p in status["processes"]}
     assert set(running) == {"m0", "m1", "m2", *NODES, *WORKERS}
     assert all(isinstance(pid, int) for pid in running.values()), running
@@ -147,6 +148,7 @@ def _check_status_table(text: str) -> None:
     for worker in WORKERS:
         assert any(ln.split()[:1] == [worker] and "node-1, node-2, node-3" in ln for ln in lines)
     assert sum(1 for ln in lines if "leader" in ln.split()) == 1
+    assert "IN USE" in text
     assert text.rstrip().endswith("connected to every node"), text
 
 
