@@ -97,23 +97,38 @@ def _short(path: object) -> str:
     return text.removeprefix(root)
 
 
+#: Ownership counts as settled when two looks this far apart find it whole and balanced.
+SETTLE_S = 1.0
+
+
 def _wait_whole(config: ClusterConfig) -> _schedd.ClusterView:
-    """Until every node serves, owns its part and sees every worker; fails early, with the
-    log's tail, when a process exits."""
+    """Until every node serves, owns its share and sees every worker, twice in a row
+    ``SETTLE_S`` apart (a rebalance releases a partition before another node claims it, so
+    one look can fall between the two); fails early, with the log's tail, when a process
+    exits."""
     deadline = time.monotonic() + config.start_timeout_s
     daemons = _schedd.node_daemons(config) + _schedd.worker_daemons(config)
+    settled_since: float | None = None
     while True:
         for d in daemons:
             if d.pid() is None:
                 raise ClusterError(f"{d.name} exited; the end of {_short(d.log_file)}:\n{d.tail()}")
         view = _schedd.ClusterView(_schedd.ask_nodes(config, timeout_s=2.0))
-        if _schedd.is_whole(config, view):
-            return view
+        if _schedd.is_whole(config, view) and _schedd.is_balanced(view):
+            now = time.monotonic()
+            if settled_since is None:
+                settled_since = now
+            elif now - settled_since >= SETTLE_S:
+                return view
+            time.sleep(min(0.5, SETTLE_S))
+            continue
+        settled_since = None
         if time.monotonic() > deadline:
             why = "; ".join(f"{a.node}: {a.error}" for a in view.answers if a.error)
             raise ClusterError(
                 f"the cluster was not whole after {config.start_timeout_s:g} s "
                 f"(unowned partitions: {view.unowned() or 'none'}; "
+                f"owned per node: {_schedd.shares(view)}; "
                 f"workers: {sorted(view.workers().items())}; {why or 'every node answered'}); "
                 f"see the logs under {_short(config.dir)}/"
             )

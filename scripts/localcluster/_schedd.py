@@ -146,6 +146,28 @@ class ClusterView:
         return out
 
 
+def shares(view: ClusterView) -> dict[str, int]:
+    """node id -> how many partitions it owns, from the owners (not the nodes' own counts,
+    which another node's answer may give at another instant)."""
+    out = {str(n.get("node_id")): 0 for n in view.live_nodes}
+    for p in view.partitions:
+        owner = str(p.get("owner") or "")
+        if owner:
+            out[owner] = out.get(owner, 0) + 1
+    return out
+
+
+def is_balanced(view: ClusterView) -> bool:
+    """Every live node owns floor(P / n) or ceil(P / n) partitions: the share each node
+    aims for, so ownership stops moving once there (while the membership stays)."""
+    owned = shares(view)
+    if not owned or view.partition_count == 0:
+        return False
+    low = view.partition_count // len(owned)
+    high = -(-view.partition_count // len(owned))
+    return all(low <= n <= high for n in owned.values())
+
+
 def is_whole(config: ClusterConfig, view: ClusterView) -> bool:
     """Every node live and answering, every partition owned by one of them, and every worker
     connected to every node."""

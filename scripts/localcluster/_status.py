@@ -63,6 +63,8 @@ def gather(config: ClusterConfig, *, measure_skew: bool = True) -> dict[str, Any
     unowned = view.unowned()
     if unowned:
         problems.append(f"partitions without an owner: {unowned}")
+    if view.first and not _schedd.is_balanced(view):
+        problems.append(f"ownership not settled: partitions per node {_schedd.shares(view)}")
     workers = view.workers()
     for w in config.worker_names:
         missing = sorted(set(config.node_names) - workers.get(w, set()))
