@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint typecheck pytest proto bench clean etcd venv cluster-up cluster-down cluster-status
+.PHONY: dev test lint typecheck pytest proto bench clean etcd venv
 
 venv: $(STAMP)
 
@@ -49,6 +49,7 @@ dev: $(STAMP) etcd
 # The local production-shaped cluster: 3 etcd members, 3 nodes, 2 workers on loopback, in the
 # background (cluster/local.ini, SCHEDD_CLUSTER_* overrides; docs/operations.md, "Local
 # clusters"). CLUSTER_ARGS go to the script: make cluster-status CLUSTER_ARGS="-o json".
+.PHONY: cluster-up cluster-down cluster-status
 cluster-up: $(STAMP) etcd
 	SCHEDD_PYTHON=$(abspath $(PY)) scripts/cluster-up $(CLUSTER_ARGS)
 
