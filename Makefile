@@ -51,6 +51,20 @@ test-soak: $(STAMP) etcd
 dev: $(STAMP) etcd
 	$(VENV)/bin/schedd dev $(DEV_ARGS)
 
+# The local production-shaped cluster: 3 etcd members, 3 nodes, 2 workers on loopback, in the
+# background (cluster/local.ini, SCHEDD_CLUSTER_* overrides; docs/operations.md, "Local
+# clusters"). CLUSTER_ARGS go to the script: make cluster-status CLUSTER_ARGS="-o json".
+.PHONY: cluster-up cluster-down cluster-status
+cluster-up: $(STAMP) etcd
+	SCHEDD_PYTHON=$(abspath $(PY)) scripts/cluster-up $(CLUSTER_ARGS)
+
+cluster-status: $(STAMP)
+	SCHEDD_PYTHON=$(abspath $(PY)) scripts/cluster-status $(CLUSTER_ARGS)
+
+# No venv (re)install first: stopping must not wait for pip, nor change what runs.
+cluster-down:
+	SCHEDD_PYTHON=$(abspath $(PY)) scripts/cluster-down $(CLUSTER_ARGS)
+
 bench: $(STAMP) etcd
 	$(PY) scripts/bench/schedule.py
 	$(PY) scripts/bench/timerwheel.py
