@@ -142,7 +142,9 @@ class ClusterView:
         out: dict[str, set[str]] = {}
         for a in self.answers:
             for w in (a.status or {}).get("workers", []):
-                out.setdefault(str(w["worker_id"]), set()).add(str(w.get("node_id") or a.node))
+                # A cluster-wide answer lists each worker once with every node it reached.
+                nodes = w.get("node_ids") or [w.get("node_id") or a.node]
+                out.setdefault(str(w["worker_id"]), set()).update(str(n) for n in nodes)
         return out
 
 
