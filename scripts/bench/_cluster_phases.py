@@ -151,21 +151,23 @@ def fill(run: Run, target: int, procs: int, idle_first: int) -> dict[str, Any]:
     return {"created": want, "seconds": round(took, 1), "jobs_per_s": round(want / took)}
 
 
-def create_per_second(run: Run, client: Client, rate: int, jitter_ms: int) -> float:
-    """``rate`` jobs firing every second (catch-up misfires: every fire must run), via the API."""
+def create_per_second(run: Run, client: Client, count: int, jitter_ms: int) -> float:
+    """``count`` more jobs firing every second (catch-up misfires: every fire must run),
+    through the API; returns the seconds it took."""
     t0 = time.monotonic()
-    for start in range(0, rate, CREATE_CHUNK):
+    first = len(run.first_fire)
+    for start in range(first, first + count, CREATE_CHUNK):
         jobs = [
             build_job(f"sec-{i}", schedule="* * * * * *", handler="noop", max_attempts=1,
                       jitter=f"{jitter_ms}ms", misfire="catch_up", catch_up_limit=1000)
-            for i in range(start, min(rate, start + CREATE_CHUNK))
+            for i in range(start, min(first + count, start + CREATE_CHUNK))
         ]  # fmt: skip
         for job in client.create_jobs(jobs):
             if isinstance(job, Exception):
                 raise RuntimeError(f"create failed: {job}") from job
             run.first_fire[job.id] = job.next_fire_ms
             run.partition[job.id] = job.partition
-    run.stored += rate
+    run.stored += count
     return time.monotonic() - t0
 
 
@@ -192,6 +194,7 @@ def sustained(run: Run, duration_s: int, rate: int, idle_cores: float) -> dict[s
     c = run.cluster
     start_ms = (math.floor(time.time()) + 2) * 1000
     end_ms = start_ms + duration_s * 1000
+    since = len(run.records.poll())  # every start of the window is recorded after this row
     time.sleep(max(0.0, start_ms / 1000 - time.time()))
     pids = _pids(run)
     cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
@@ -201,15 +204,20 @@ def sustained(run: Run, duration_s: int, rate: int, idle_cores: float) -> dict[s
     cpu1 = {n: cpu_seconds(pid) for n, pid in pids.items()}
     expected = rate * duration_s
 
+    first: dict[str, tuple[int, int]] = {}
+    cursor = since
+
     def window() -> dict[str, tuple[int, int]] | None:
-        first: dict[str, tuple[int, int]] = {}
-        for eid, due, ns in run.records.poll():
+        nonlocal cursor
+        rows = run.records.poll()
+        for eid, due, ns in rows[cursor:]:
             sched = int(eid.rpartition("@")[2])
-            if start_ms <= sched < end_ms and eid not in first:
+            if start_ms <= sched < end_ms and (eid not in first or ns < first[eid][1]):
                 first[eid] = (due, ns)
+        cursor = len(rows)
         return first if len(first) >= expected or time.time() * 1000 > end_ms + 15_000 else None
 
-    first = wait_for(window, 30, "the window's fires", every=0.5)
+    wait_for(window, 30, "the window's fires", every=0.5)
     fires = len(first)
     late = stats_ms(ns / 1e6 - due for due, ns in first.values())
     cpu = {n: cpu1[n] - cpu0[n] for n in pids}
@@ -222,6 +230,7 @@ def sustained(run: Run, duration_s: int, rate: int, idle_cores: float) -> dict[s
         "stored_jobs": run.stored,
         "expected": expected,
         "fires": fires,
+        "node_cpu_s": round(node_cpu, 3),
         "fires_per_s": round(fires / duration_s, 1),
         "late_p50_ms": late["p50"],
         "late_p99_ms": late["p99"],
@@ -239,18 +248,28 @@ def sustained(run: Run, duration_s: int, rate: int, idle_cores: float) -> dict[s
     }
 
 
-def _first_after(
-    run: Run, since: int, parts: set[int], after_ns: dict[int, int]
-) -> dict[int, tuple[int, int]]:
-    """Per partition in ``parts``, the first (start ns, index) of a start after its instant."""
-    rows = run.records.poll()
-    first: dict[int, tuple[int, int]] = {}
-    for i in range(since, len(rows)):
-        eid, _due, ns = rows[i]
-        p = run.part(eid)
-        if p in parts and ns > after_ns[p] and (p not in first or ns < first[p][0]):
-            first[p] = (ns, i)
-    return first
+class FirstStarts:
+    """Per partition in ``parts``, the earliest start after that partition's instant.
+
+    Reads the records from index ``since`` on, each row once however often it is polled; rows
+    of the two workers arrive out of order, so a result is final only once every start before
+    it has been flushed (the recorder writes within 2 s).
+    """
+
+    def __init__(self, run: Run, since: int, parts: set[int], after_ns: dict[int, int]) -> None:
+        self.run, self.cursor, self.parts, self.after_ns = run, since, parts, after_ns
+        self.first: dict[int, int] = {}
+
+    def advance(self) -> dict[int, int]:
+        rows = self.run.records.poll()
+        first, parts, after = self.first, self.parts, self.after_ns
+        for i in range(self.cursor, len(rows)):
+            eid, _due, ns = rows[i]
+            p = self.run.part(eid)
+            if p in parts and ns > after[p] and (p not in first or ns < first[p]):
+                first[p] = ns
+        self.cursor = len(rows)
+        return first
 
 
 def _late_until(
@@ -267,13 +286,17 @@ def _late_until(
 
 def _wait_fired(
     run: Run, since: int, parts: set[int], after_ns: dict[int, int], timeout_s: float, what: str
-) -> dict[int, tuple[int, int]]:
-    def probe() -> dict[int, tuple[int, int]] | None:
-        run.cluster.check_alive()
-        first = _first_after(run, since, parts, after_ns)
-        return first if set(first) == parts else None
+) -> dict[int, int]:
+    """Per partition, the start ns of its first fire after ``after_ns`` (waits for all)."""
+    scan = FirstStarts(run, since, parts, after_ns)
 
-    return wait_for(probe, timeout_s, what, every=0.1)
+    def probe() -> bool | None:
+        run.cluster.check_alive()
+        return True if set(scan.advance()) == parts else None
+
+    wait_for(probe, timeout_s, what, every=0.1)
+    time.sleep(2.0)  # the other worker's earlier starts, if any, are flushed by now
+    return dict(scan.advance())
 
 
 def kill_cycle(run: Run, victim: str) -> dict[str, Any]:
@@ -281,7 +304,8 @@ def kill_cycle(run: Run, victim: str) -> dict[str, Any]:
     c = run.cluster
     survivors = [n for n in c.alive() if n != victim]
     via = survivors[0]
-    orphans = {p for p, owner in c.owners(via).items() if owner == victim}
+    owners = c.wait_balanced(c.alive())  # a node that lost its lease meanwhile has rejoined
+    orphans = {p for p, owner in owners.items() if owner == victim}
     rss = {n: rss_mib(c.nodes[n].pid) for n in c.alive()}
     since = len(run.records.poll())
     kill_ns = time.time_ns()
@@ -292,13 +316,10 @@ def kill_cycle(run: Run, victim: str) -> dict[str, Any]:
         "the orphaned partitions to be owned again",
     )
     ttl = c.session_ttl_s
-    fired = _wait_fired(
+    resumed = _wait_fired(
         run, since, orphans, dict.fromkeys(orphans, kill_ns + KILL_MARGIN_NS), ttl + 60,
         "every orphaned partition to fire again",
     )  # fmt: skip
-    time.sleep(1.0)  # the fires delayed by the takeover: let their records land
-    run.records.poll()
-    resumed = {p: ns for p, (ns, _) in fired.items()}
     late = stats_ms(_late_until(run, since, orphans, kill_ns // 1_000_000, resumed))
     logs = [read_node_log(c.log_path(n), kill_ns / 1e9) for n in survivors]
     claimed = {p: at for log in logs for p, at in log.claimed.items() if p in orphans}
@@ -342,10 +363,7 @@ def _join(run: Run, victim: str, via: str) -> dict[str, Any]:
         time.sleep(0.2)  # its log line may trail the ownership key by a moment
         log = read_node_log(c.log_path(victim), join_ns / 1e9)
     after = {p: int(log.claimed.get(p, own_at) * 1e9) for p in mine}
-    fired = _wait_fired(run, since, mine, after, 60, f"{victim}'s partitions to fire")
-    resumed = {p: ns for p, (ns, _) in fired.items()}
-    time.sleep(1.0)
-    run.records.poll()
+    resumed = _wait_fired(run, since, mine, after, 60, f"{victim}'s partitions to fire")
     late = stats_ms(_late_until(run, since, mine, join_ns // 1_000_000, resumed))
     c.wait_balanced(sorted(c.nodes))
     c.wait_workers()
@@ -372,14 +390,22 @@ def verify(run: Run, end_ms: int, timeout_s: float = 60.0) -> dict[str, Any]:
         f"{job}@{t}" for job, first in run.first_fire.items() for t in range(first, end_ms, 1000)
     }
 
-    def seen() -> Counter[str] | None:
-        counts = Counter(eid for eid, _, _ in run.records.poll())
-        return counts if all(e in counts for e in expected) else None
+    counts: Counter[str] = Counter()
+    cursor = 0
+    missing = set(expected)
+
+    def seen() -> bool | None:
+        nonlocal cursor
+        rows = run.records.poll()
+        counts.update(eid for eid, _, _ in rows[cursor:])
+        cursor = len(rows)
+        missing.difference_update([e for e in missing if e in counts])
+        return True if not missing else None
 
     with contextlib.suppress(RuntimeError):  # what is still missing then is counted as lost
         wait_for(seen, timeout_s, "every expected fire", every=1.0)
-    time.sleep(1.0)  # a late duplicate has a moment to show
-    counts = Counter(eid for eid, _, _ in run.records.poll())
+    time.sleep(2.0)  # a late duplicate has a moment to show
+    seen()
     lost = sorted(e for e in expected if e not in counts)
     doubled = {e for e in expected if counts[e] > 1}
     starts: dict[str, list[int]] = {}

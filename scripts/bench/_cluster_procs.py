@@ -211,18 +211,23 @@ class BenchCluster:
     def wait_balanced(self, nodes: list[str], timeout_s: float = 60.0) -> dict[int, str]:
         """Until every partition is owned, each of ``nodes`` owning its share (P / N)."""
         share = self.partitions // len(nodes)
+        counts: dict[str, int] = {}
 
         def probe() -> dict[int, str] | None:
             self.check_alive()
             owners = self.owners(nodes[0])
-            counts = {n: 0 for n in nodes}
+            counts.clear()
             for owner in owners.values():
-                if owner in counts:
-                    counts[owner] += 1
-            ok = len(owners) == self.partitions and all(c >= share for c in counts.values())
-            return owners if ok and sum(counts.values()) == self.partitions else None
+                counts[owner or "(none)"] = counts.get(owner or "(none)", 0) + 1
+            ok = all(counts.get(n, 0) >= share for n in nodes)
+            return (
+                owners if ok and sum(counts.get(n, 0) for n in nodes) == self.partitions else None
+            )
 
-        return wait_for(probe, timeout_s, f"{nodes} to own {self.partitions} partitions")
+        try:
+            return wait_for(probe, timeout_s, f"{nodes} to own {self.partitions} partitions")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; partitions owned: {counts}") from None
 
     def wait_workers(self, timeout_s: float = 60.0) -> None:
         """Until every live node has a stream from every worker."""

@@ -107,7 +107,11 @@ def _stage(run: Any, size: int, args: argparse.Namespace, victims: Any) -> dict[
 
 
 def summarize(
-    stages: list[dict[str, Any]], ceiling: dict[str, Any], verified: dict[str, Any], args: Any
+    stages: list[dict[str, Any]],
+    ceiling: dict[str, Any],
+    verified: dict[str, Any],
+    args: Any,
+    low: dict[str, Any],
 ) -> dict[str, Any]:
     from _cluster_phases import median
 
@@ -156,12 +160,22 @@ def summarize(
             "takeover_due_entries_loaded": median(k["due_entries_loaded"] for k in ks),
             "join_fired_all_s": median(k["join"]["fired_all_s"] for k in ks),
         })  # fmt: skip
-    # One node's core: what its fixed (idle) cost leaves, over the marginal cost of a fire.
-    per_fire = sus["node_cpu_us_per_fire_marginal"]
-    if per_fire <= 0:  # the load too small to measure above the idle cost
-        per_fire = sus["node_cpu_us_per_fire"]
-    idle_per_node = sus["node_idle_cores"] / len(NODES)
-    node_core = (1.0 - idle_per_node) * 1e6 / per_fire if per_fire else None
+    # Node CPU (cores, all nodes) = a + b * fires/s, b from the two rates, a what is left of
+    # it at the full rate; one node's core then fires (1 - a / nodes) / b per second.
+    span = sus["fires"] - low["fires"]
+    b_us = (sus["node_cpu_s"] - low["node_cpu_s"]) * 1e6 / span if span > 0 else 0.0
+    if b_us <= 0:  # too little load to tell apart from the noise
+        b_us = sus["node_cpu_us_per_fire"]
+    a_cores = max(0.0, sus["node_cpu_s"] / sus["duration_s"] - b_us * sus["fires_per_s"] / 1e6)
+    cost_model = {
+        "node_cpu_us_per_fire_slope": round(b_us, 1),
+        "node_fixed_cores": round(a_cores, 3),
+        "node_idle_cores": sus["node_idle_cores"],
+        "low_rate": low["rate"],
+        "low_rate_node_cpu_us_per_fire": low["node_cpu_us_per_fire"],
+        "low_rate_etcd_write_txns_per_fire": low["etcd_write_txns_per_fire"],
+    }
+    node_core = (1.0 - a_cores / len(NODES)) * 1e6 / b_us if b_us else None
     by_keys = (
         ceiling["batched_key_writes_per_s"] / sus["etcd_key_writes_per_fire"]
         if sus["etcd_key_writes_per_fire"]
@@ -173,6 +187,7 @@ def summarize(
         else None
     )
     projection: dict[str, Any] = {
+        **cost_model,
         "node_fires_per_core_s": round(node_core) if node_core else None,
         "etcd_fires_per_s_by_key_writes": round(by_keys) if by_keys else None,
         "etcd_fires_per_s_by_txns_at_this_batching": round(by_txns) if by_txns else None,
@@ -227,6 +242,7 @@ def run_all(args: argparse.Namespace, root: Path, children: Any) -> dict[str, An
         etcd_ceiling,
         etcd_counters,
         idle_node_cores,
+        sustained,
         verify,
     )
     from _cluster_procs import BenchCluster, Records
@@ -255,8 +271,13 @@ def run_all(args: argparse.Namespace, root: Path, children: Any) -> dict[str, An
         m0 = etcd_counters(etcd.endpoint)
         run.idle_node_cores = idle_node_cores(run, 3.0)
         bg = (etcd_counters(etcd.endpoint)["revision"] - m0["revision"]) / 3.0
-        took = create_per_second(run, cluster.client("n0"), args.rate, JITTER_MS)
-        say(f"  cluster up; {args.rate} per-second jobs created in {took:.1f}s")
+        low = max(1, args.rate // 4)
+        create_per_second(run, cluster.client("n0"), low, JITTER_MS)
+        time.sleep(2.0)
+        sustained_low = sustained(run, args.duration, low, run.idle_node_cores)
+        say(f"  sustained at a quarter of the rate: {sustained_low}")
+        took = create_per_second(run, cluster.client("n0"), args.rate - low, JITTER_MS)
+        say(f"  cluster up; {args.rate} per-second jobs in all ({took:.1f}s for the rest)")
         victims = itertools.cycle(["n1", "n2", "n0"])
         stages = [_stage(run, size, args, victims) for size in sorted({*args.sizes, args.jobs})]
         time.sleep(3.0)
@@ -264,7 +285,7 @@ def run_all(args: argparse.Namespace, root: Path, children: Any) -> dict[str, An
         say(f"  verify: {verified}")
     finally:
         cluster.close()
-    out = summarize(stages, ceiling, verified, args)
+    out = summarize(stages, ceiling, verified, args, sustained_low)
     out["etcd_ceiling"] = ceiling
     out["etcd_background_revisions_per_s"] = round(bg, 1)
     out["stages"] = stages
@@ -319,6 +340,13 @@ def main() -> int:
     )
     try:
         out = run_all(args, root, children)
+    except Exception as exc:
+        # One JSON line still, naming what failed; --keep keeps the logs to read.
+        say(f"cluster: FAILED after {time.monotonic() - t0:.0f}s: {type(exc).__name__}: {exc}")
+        tails = {p.stem: p.read_text(errors="replace")[-600:] for p in root.glob("n*.log")}
+        print(json.dumps({"bench": "cluster", "quick": args.quick, "error": str(exc)[:1000],
+                          "node_log_tails": tails}))  # fmt: skip
+        return 1
     finally:
         children.stop_all()
         if not args.keep:
