@@ -61,6 +61,10 @@ class Run:
     stored: int = 0  # jobs in the store (per-second ones included)
     idle_node_cores: float = 0.0  # the nodes' CPU with nothing due
 
+    def firing_partitions(self) -> set[int]:
+        """Partitions holding at least one per-second job (with few jobs, some hold none)."""
+        return {self.partition[job] for job in self.first_fire}
+
     def part(self, execution_id: str) -> int:
         job = execution_id.rpartition("@")[0]
         p = self.partition.get(job)
@@ -306,6 +310,9 @@ def kill_cycle(run: Run, victim: str) -> dict[str, Any]:
     via = survivors[0]
     owners = c.wait_balanced(c.alive())  # a node that lost its lease meanwhile has rejoined
     orphans = {p for p, owner in owners.items() if owner == victim}
+    firing = orphans & run.firing_partitions()  # the ones whose fires can be waited for
+    if not firing:
+        raise RuntimeError(f"no per-second job in {victim}'s partitions: raise --rate")
     rss = {n: rss_mib(c.nodes[n].pid) for n in c.alive()}
     since = len(run.records.poll())
     kill_ns = time.time_ns()
@@ -317,10 +324,10 @@ def kill_cycle(run: Run, victim: str) -> dict[str, Any]:
     )
     ttl = c.session_ttl_s
     resumed = _wait_fired(
-        run, since, orphans, dict.fromkeys(orphans, kill_ns + KILL_MARGIN_NS), ttl + 60,
+        run, since, firing, dict.fromkeys(firing, kill_ns + KILL_MARGIN_NS), ttl + 60,
         "every orphaned partition to fire again",
     )  # fmt: skip
-    late = stats_ms(_late_until(run, since, orphans, kill_ns // 1_000_000, resumed))
+    late = stats_ms(_late_until(run, since, firing, kill_ns // 1_000_000, resumed))
     logs = [read_node_log(c.log_path(n), kill_ns / 1e9) for n in survivors]
     claimed = {p: at for log in logs for p, at in log.claimed.items() if p in orphans}
     loaded = {p: v for log in logs for p, v in log.loaded.items() if p in orphans}
@@ -362,9 +369,12 @@ def _join(run: Run, victim: str, via: str) -> dict[str, Any]:
     while not set(mine) <= set(log.claimed) and time.monotonic() < deadline:
         time.sleep(0.2)  # its log line may trail the ownership key by a moment
         log = read_node_log(c.log_path(victim), join_ns / 1e9)
-    after = {p: int(log.claimed.get(p, own_at) * 1e9) for p in mine}
-    resumed = _wait_fired(run, since, mine, after, 60, f"{victim}'s partitions to fire")
-    late = stats_ms(_late_until(run, since, mine, join_ns // 1_000_000, resumed))
+    firing = mine & run.firing_partitions()
+    if not firing:
+        raise RuntimeError(f"no per-second job in the partitions {victim} took: raise --rate")
+    after = {p: int(log.claimed.get(p, own_at) * 1e9) for p in firing}
+    resumed = _wait_fired(run, since, firing, after, 60, f"{victim}'s partitions to fire")
+    late = stats_ms(_late_until(run, since, firing, join_ns // 1_000_000, resumed))
     c.wait_balanced(sorted(c.nodes))
     c.wait_workers()
     time.sleep(2.0)  # settled: its RSS after loading only its windows

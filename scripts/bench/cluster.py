@@ -43,11 +43,21 @@ WORKERS = ["w0", "w1"]
 JITTER_MS = 1000
 
 
+def _count(text: str) -> int:
+    """``10000``, ``10k`` or ``1M``."""
+    text = text.strip()
+    scale = {"k": 1000, "m": 1_000_000}.get(text[-1:].lower(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
 def _sizes(text: str) -> list[int]:
     try:
-        return sorted({int(float(x)) for x in text.split(",") if x.strip()})
+        sizes = sorted({_count(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise SystemExit(f"--sizes: comma-separated job counts, got {text!r}") from None
+        sizes = []
+    if not sizes or sizes[0] <= 0:
+        raise SystemExit(f"--sizes: comma-separated job counts such as 10k,100k,1M, got {text!r}")
+    return sizes
 
 
 def parse_args() -> argparse.Namespace:
