@@ -106,15 +106,22 @@ def read_node_log(path: Path, since: float) -> NodeLog:
     return out
 
 
-def read_releases(paths: list[Path]) -> dict[int, list[tuple[float, str]]]:
-    """Per partition, when a node let it go on purpose and why (rebalance, shutdown, ...)."""
+def read_ownership(paths: list[Path]) -> dict[int, list[tuple[float, str]]]:
+    """Per partition, every change of hands the nodes logged, in time order: ``(when, what)``
+    with what = ``claimed by nX`` or ``released (rebalance | shutdown | session lost ...)``."""
     out: dict[int, list[tuple[float, str]]] = {}
     for path in paths:
         if not path.exists():
             continue
         for line in path.read_text(errors="replace").splitlines():
             if m := _RELEASED.match(line):
-                out.setdefault(int(m[3]), []).append((_ts(m[1], m[2]), m[4]))
+                out.setdefault(int(m[3]), []).append((_ts(m[1], m[2]), f"released ({m[4]})"))
+            elif m := _CLAIMED.match(line):
+                for p in m[4].split(","):
+                    if p.strip():
+                        out.setdefault(int(p), []).append((_ts(m[1], m[2]), f"claimed by {m[3]}"))
+    for events in out.values():
+        events.sort()
     return out
 
 

@@ -231,7 +231,7 @@ def summarize(
                                         and failover["max_s"] <= ttl + 1.0),
         "none_lost_or_doubled": verified["lost"] == 0 and verified["doubled"] == 0,
         "none_lost": verified["lost"] == 0,
-        "no_double_outside_the_documented_handover_window": verified["doubled_unexplained"] == 0,
+        "no_double_without_an_owner_change": verified["doubled_unexplained"] == 0,
         "sustained_all_fired": sus["fires"] >= sus["expected"],
     }  # fmt: skip
     return {
