@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint typecheck pytest proto bench clean etcd venv test-soak
+.PHONY: dev test lint typecheck pytest proto bench bench-cluster clean etcd venv test-soak
 
 venv: $(STAMP)
 
@@ -71,6 +71,12 @@ bench: $(STAMP) etcd
 	$(PY) scripts/bench/worker.py
 	$(PY) scripts/bench/node_cost.py
 	$(PY) scripts/bench/e2e.py
+	$(PY) scripts/bench/cluster.py
+
+# 3 nodes, 2 workers, one etcd: throughput, failover, rebalance, cost as the store grows
+# (docs/performance.md, "Cluster"). BENCH_ARGS=--quick for a small run.
+bench-cluster: $(STAMP) etcd
+	$(PY) scripts/bench/cluster.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .schedd-dev .pytest_cache .mypy_cache .ruff_cache
