@@ -317,3 +317,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> SimResult:
 
 
 __all__ = ["SimConfig", "SimResult", "Simulation", "run_seed"]
+
+
+def failing_seeds(first: int, end: int) -> list[SimResult]:
+    """Runs seeds ``first..end-1``; returns the failing ones (for a worker process)."""
+    return [r for r in (run_seed(s) for s in range(first, end)) if r.violation]

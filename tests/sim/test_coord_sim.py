@@ -9,6 +9,7 @@ seed prints its trace and how to replay it::
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sim._driver import SimConfig, SimResult, run_seed
+from sim._driver import SimConfig, SimResult, failing_seeds, run_seed
 
 DEFAULT_SEEDS = 2000
 #: Seeds one worker process runs per task (a pickled SimResult only comes back on failure).
@@ -52,15 +53,15 @@ def _fail(failed: list[SimResult]) -> None:
     pytest.fail(failed[0].report() + more, pytrace=False)
 
 
-def _chunk_failures(first: int, end: int) -> list[SimResult]:
-    return _failures(range(first, end))
-
-
 def test_coordination_invariants_hold_for_many_seeds() -> None:
     seeds = int(os.environ.get("SCHEDD_SIM_SEEDS", DEFAULT_SEEDS))
     chunks = [(n, min(n + _CHUNK, seeds)) for n in range(0, seeds, _CHUNK)]
-    with ProcessPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-        found = pool.map(_chunk_failures, *zip(*chunks, strict=True))
+    # Spawned, not forked: a fork of a process that ran gRPC (the integration tests, in the
+    # same pytest run) can hang in the child.
+    workers = max(1, min(4, os.cpu_count() or 1))
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        found = pool.map(failing_seeds, *zip(*chunks, strict=True))
         failed = sorted((r for part in found for r in part), key=lambda r: r.seed)
     if failed:
         _fail(failed[:3])

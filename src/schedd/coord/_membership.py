@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from schedd._clock import Clock
@@ -35,8 +35,10 @@ class NodeInfo:
         started_ms: wall time the node started (its own clock).
         clock_ms: its wall clock when the record was last written; peers compare it with
             their own clocks on receipt to estimate skew.
-        eligible: False while the node refuses to own partitions (clock skew); peers leave
-            it out when sharing partitions out.
+        eligible: False while the node refuses to own partitions (clock skew, or joining
+            and its workers not connected yet); peers leave it out when sharing partitions out.
+        workers: ids of the workers streaming to it (as of the last rewrite): a joining node
+            waits for those before it takes a share (see PartitionOwnership).
     """
 
     node_id: str
@@ -45,6 +47,7 @@ class NodeInfo:
     started_ms: int
     clock_ms: int
     eligible: bool = True
+    workers: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
@@ -61,6 +64,7 @@ class NodeInfo:
                 started_ms=int(data["started_ms"]),
                 clock_ms=int(data["clock_ms"]),
                 eligible=bool(data.get("eligible", True)),
+                workers=[str(w) for w in data.get("workers", [])],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a node record: {raw!r}") from exc
@@ -94,6 +98,7 @@ class Membership:
         info: this node's record; ``clock_ms`` and ``eligible`` are maintained here.
         clock: wall clock used for ``clock_ms`` and skew samples.
         refresh_s: how often the record (and so its clock reading) is rewritten.
+        workers: the ids of the workers streaming to this node now, published in the record.
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class Membership:
         *,
         clock: Clock,
         refresh_s: float = 2.0,
+        workers: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self._kv = kv
         self._keys = keys
@@ -112,6 +118,7 @@ class Membership:
         self.info = info
         self._clock = clock
         self.refresh_s = refresh_s
+        self.local_workers: Callable[[], Iterable[str]] = workers or (lambda: ())
         self._mirror = PrefixMirror(kv, keys.nodes_prefix(), clock=clock)
         self._nodes: dict[str, NodeInfo] = {}
         self._samples: dict[str, int] = {}  # peer id -> own_now - peer clock_ms
@@ -169,6 +176,10 @@ class Membership:
             ids.add(self.node_id)
         return ids
 
+    def peer_workers(self) -> set[str]:
+        """The workers the other live nodes said they have streams from."""
+        return {w for n, i in self._nodes.items() if n != self.node_id for w in i.workers}
+
     async def set_eligible(self, eligible: bool) -> None:
         """Publishes whether this node is willing to own partitions (immediately)."""
         if self.info.eligible == eligible:
@@ -200,6 +211,7 @@ class Membership:
 
     async def _publish(self) -> None:
         self.info.clock_ms = self._clock.now_ms()
+        self.info.workers = sorted(set(self.local_workers()))
         await self._kv.put(
             self._keys.node_key(self.node_id), self.info.to_json(), lease=self._session.lease_id
         )

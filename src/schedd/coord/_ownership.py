@@ -42,12 +42,18 @@ class OwnershipConfig:
         rebalance_interval_s: the longest pause between two reconciliations (changes of
             membership or owners wake the loop at once).
         claim_batch: partitions claimed or released per etcd transaction (nested txns).
+        join_wait_s: a node joining peers takes no share until every worker streaming to a
+            peer streams to it too, or this long has passed: an execution a worker runs
+            when its partition moves here is found by this node's probe only over a stream
+            (else it is handed out again and runs twice); workers find a new node within
+            their discovery interval (2 s).
     """
 
     partitions: int
     max_clock_skew_ms: int = 500
     rebalance_interval_s: float = 1.0
     claim_batch: int = 256
+    join_wait_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -131,6 +137,9 @@ class PartitionOwnership:
         self._owned: dict[int, Fence] = {}
         #: Why this node owns nothing (clock skew beyond the limit); empty when it may own.
         self.skew_reason = ""
+        #: Why a joining node takes no share yet (workers of its peers not connected).
+        self.join_reason = ""
+        self._join_began_ms: int | None = None
         self._undeleted: dict[int, Fence] = {}  # released, but the delete did not get through
         # Released by this node, until the owners mirror no longer shows them: never adopted.
         self._released: set[Fence] = set()
@@ -199,7 +208,7 @@ class PartitionOwnership:
             await self._membership.set_eligible(False)
             await self._release(sorted(self._owned), CLOCK_SKEW)
             return
-        if verdict == "ok":
+        if verdict == "ok" and (self._membership.info.eligible or self._workers_joined()):
             await self._membership.set_eligible(True)
         if not self._membership.info.eligible:
             return
@@ -209,6 +218,33 @@ class PartitionOwnership:
             await self._release(self._release_choice(excess), REBALANCE)
         elif excess < 0 and verdict == "ok":
             await self._claim(-excess)
+
+    def _workers_joined(self) -> bool:
+        """Whether a joining node may take its share: every worker a peer has is connected
+        here too, or ``join_wait_s`` passed since it began waiting (see OwnershipConfig)."""
+        now = self._clock.now_ms()
+        if self._join_began_ms is None:
+            self._join_began_ms = now
+        missing = sorted(self._membership.peer_workers() - set(self._membership.local_workers()))
+        waited_s = (now - self._join_began_ms) / 1000
+        if missing and waited_s < self.config.join_wait_s:
+            if not self.join_reason:
+                log.info(
+                    "node %s: waiting up to %.0f s for workers %s (connected to peers) to "
+                    "connect before taking a share", self.node_id, self.config.join_wait_s,
+                    ", ".join(missing),
+                )  # fmt: skip
+            self.join_reason = f"waiting for workers {', '.join(missing)} to connect"
+            return False
+        if missing:
+            log.warning(
+                "node %s: taking a share although workers %s (connected to peers) did not "
+                "connect within %.0f s", self.node_id, ", ".join(missing), waited_s,
+            )  # fmt: skip
+        elif self.join_reason:
+            log.info("node %s: its peers' workers are connected: taking a share", self.node_id)
+        self.join_reason = ""
+        return True
 
     def target(self) -> int:
         """This node's fair share: ceil(P / eligible live nodes)."""

@@ -228,6 +228,10 @@ class Dispatcher:
         """Dispatches waiting for an eligible worker with credits."""
         return len(self._pending)
 
+    def worker_ids(self) -> set[str]:
+        """The workers with an open stream here that are not silent."""
+        return {s.worker_id for s in self._sessions.values() if not (s.closed or s.silent)}
+
     def workers(self) -> list[scheduler_pb2.WorkerStatus]:
         """One entry per connected stream (a worker reconnecting may briefly appear twice)."""
         now = self._clock.now_ms()

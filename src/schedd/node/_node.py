@@ -268,7 +268,9 @@ class Node:
         self._session = Session(self.kv, ttl_s=cfg.session_ttl_s, clock=self.clock)
         await self._session.start()
         info = NodeInfo(cfg.node_id, self.address, VERSION, self.started_ms, self.clock.now_ms())
-        self._membership = Membership(self.kv, self.keys, self._session, info, clock=self.clock)
+        self._membership = Membership(
+            self.kv, self.keys, self._session, info, clock=self.clock, workers=self._worker_ids
+        )
         await self._membership.start()
         self._ownership = PartitionOwnership(
             self.kv,
@@ -281,6 +283,9 @@ class Node:
             clock=self.clock,
         )
         await self._ownership.run()
+
+    def _worker_ids(self) -> set[str]:
+        return self.dispatcher.worker_ids() if self.dispatcher is not None else set()
 
     async def _acquired(self, fence: Fence) -> None:
         store = PartitionStore(self.kv, self.keys, fence, max_items=self.config.txn_items)
@@ -387,8 +392,8 @@ class Node:
         me.clock_skew_ms = skew or 0
         if membership is None or ownership is None:
             me.ineligible_reason = "no session with the store yet"
-        elif ownership.skew_reason:
-            me.ineligible_reason = ownership.skew_reason
+        elif ownership.skew_reason or ownership.join_reason:
+            me.ineligible_reason = ownership.skew_reason or ownership.join_reason
         elif not membership.info.eligible:
             me.ineligible_reason = "clock not yet compared with the peers' clocks"
         else:
