@@ -24,7 +24,13 @@ def register(worker: Worker) -> None:
     @worker.handler("effect")
     async def effect(ctx: Context, payload: Any) -> dict[str, int]:
         await asyncio.to_thread(
-            ledger.started, ctx.execution_id, ctx.job_id, ctx.scheduled_ms, ctx.fencing_token, name
+            ledger.started,
+            ctx.execution_id,
+            ctx.job_id,
+            ctx.scheduled_ms,
+            ctx.fencing_token,
+            name,
+            ctx.started_ms,
         )
         work_s = (payload or {}).get("work_ms", 0) / 1000.0 if isinstance(payload, dict) else 0.0
         loop = asyncio.get_running_loop()

@@ -86,12 +86,20 @@ class EffectLedger:
             self._db.execute("COMMIT")
 
     def started(
-        self, execution_id: str, job_id: str, scheduled_ms: int, token: int, worker: str
+        self,
+        execution_id: str,
+        job_id: str,
+        scheduled_ms: int,
+        token: int,
+        worker: str,
+        started_ms: int = 0,
     ) -> None:
+        """An attempt began; ``started_ms`` is when the worker started it (a process frozen
+        between that and this call records it late: ordering uses the worker's instant)."""
         with self._txn() as db:
             db.execute(
                 "INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?)",
-                (execution_id, job_id, scheduled_ms, token, worker, _now_ms()),
+                (execution_id, job_id, scheduled_ms, token, worker, started_ms or _now_ms()),
             )
 
     def put(self, job_id: str, scheduled_ms: int, token: int, worker: str) -> bool:

@@ -349,3 +349,19 @@ async def test_a_sync_handler_cancelled_while_queued_never_runs(
     node.submit("after", handler="b", payload="go", fencing_token=1)
     assert (await _result(node, "after")).outcome == worker_pb2.OUTCOME_SUCCEEDED
     assert ran == ["first", "after"]
+
+
+async def test_the_context_says_when_the_worker_started_the_attempt(
+    make_node: NodeFactory, start_worker: WorkerFactory
+) -> None:
+    node = await make_node()
+    seen: list[int] = []
+
+    async def when(ctx: Context, payload: Any) -> None:
+        seen.append(ctx.started_ms)
+
+    await start_worker(node, setup=lambda w: w.add_handler("when", when))
+    before = _now_ms()
+    node.submit("e1", handler="when")
+    res = await _result(node, "e1")
+    assert seen == [res.started_ms] and before <= res.started_ms <= _now_ms()

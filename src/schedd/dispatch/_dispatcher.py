@@ -22,8 +22,9 @@ from schedd.dispatch._config import (
     InFlight,
     always,
 )
+from schedd.dispatch._holders import place_holds, silent_holds
 from schedd.dispatch._loss import LossReports
-from schedd.dispatch._pending import PendingDispatches, accepts, route_of
+from schedd.dispatch._pending import PendingDispatches, accepts
 from schedd.dispatch._probes import PROBE_TIMEOUT_MS, ProbeAnswer, Probes
 from schedd.dispatch._result_settler import ResultSettler
 from schedd.dispatch._servicer import WorkerStreamServicer
@@ -135,32 +136,15 @@ class Dispatcher:
             return list(dispatches)
         now = self._clock.now_ms()
         lease = self.config.lease_timeout_ms
-        holders = [
-            s
-            for s in self._sessions.values()
-            if not s.closed and not s.silent and s.hold_credits > 0 and s.hello.prefetch > 0
-        ]
-        if not holders:
-            return list(dispatches)
-        eligible: dict[Any, list[WorkerSession]] = {}
-        rejected: list[worker_pb2.Dispatch] = []
         used: set[WorkerSession] = set()
-        for d in dispatches:
-            route = route_of(d)
-            candidates = eligible.get(route)
-            if candidates is None:
-                candidates = eligible[route] = [s for s in holders if accepts(s.hello, route)]
-            session: WorkerSession | None = None
-            for c in candidates:
-                if c.hold_credits > 0 and (session is None or c.load() < session.load()):
-                    session = c
-            if session is None:
-                rejected.append(d)
-                continue
+
+        def send(session: WorkerSession, d: worker_pb2.Dispatch) -> None:
             self._replace(d)
             session.send_dispatch(d, held=True)
             self._track(session, d, now, max(now, d.start_at_ms) + lease)
             used.add(session)
+
+        rejected = place_holds(self._sessions.values(), dispatches, send)
         for session in used:
             session.flush()
         return rejected
@@ -533,27 +517,14 @@ class Dispatcher:
         session.in_flight.add(d.execution_id)
 
     async def _watch_silence(self, now: int) -> None:
-        """Marks streams silent past ``silence_ms`` and takes back what they hold unstarted
-        once the last promise to them lapsed (they could start it until then). What they
-        run stays theirs until its lease runs out: they may be slow, not gone."""
+        """Takes back what silent streams hold unstarted (see :func:`silent_holds`)."""
         lost: list[InFlight] = []
-        for s in self._sessions.values():
-            if s.closed:
-                continue
-            if not s.silent and now - s.last_heard_ms > self.config.silent_after_ms:
-                s.silent = True
-                log.warning(
-                    "worker %s sent nothing for %d ms: no more work for it; what it holds "
-                    "unstarted goes to other workers",
-                    s.worker_id, now - s.last_heard_ms,
-                )  # fmt: skip
-            if s.silent and now > s.promised_ms:
-                for eid in list(s.in_flight):
-                    flight = self._in_flight.get(eid)
-                    if flight is not None and flight.dispatch.start_at_ms and not flight.started:
-                        self._drop_in_flight(eid)
-                        s.send_cancel(eid, flight.dispatch.fencing_token, REASON_WORKER_SILENT)
-                        lost.append(flight)
+        sessions = self._sessions.values()
+        for s, flight in silent_holds(sessions, self._in_flight, now, self.config.silent_after_ms):
+            eid = flight.dispatch.execution_id
+            self._drop_in_flight(eid)
+            s.send_cancel(eid, flight.dispatch.fencing_token, REASON_WORKER_SILENT)
+            lost.append(flight)
         if lost:
             await self._losses.report(lost, REASON_WORKER_SILENT)
 

@@ -346,7 +346,7 @@ class Attempts:
             return
         d = ex.dispatch
         now = self._clock.now_ms()
-        ex.started_ms = now
+        ex.started_ms = ex.ctx.started_ms = now
         if ex.ctx.cancelled:  # cancelled while waiting for an older attempt
             ex.finish(Outcome(worker_pb2.OUTCOME_CANCELLED, error=ex.ctx.cancel_reason))
             return

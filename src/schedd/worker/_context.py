@@ -77,6 +77,8 @@ class Context:
         #: Called (on the loop) when the attempt is cancelled; the worker's running execution.
         self._on_cancel: Callable[[], None] | None = None
         self.cancel_reason = ""
+        #: When the worker started this attempt (UTC ms, the worker's clock; 0 before).
+        self.started_ms = 0
         self._pending_checkpoint: bytes | None = None
         self._saved_here = False
 
