@@ -180,8 +180,9 @@ class Attempts:
     def _on_probe(self, conn: NodeConnection, d: worker_pb2.Dispatch) -> None:
         """A node that took this execution over asks whether it runs or ran here (see
         ``Dispatch.probe``): adopt its token, or answer from the ledger, or say not here.
-        Uses no credit and starts nothing. A held one is not here: its old node's promise
-        has lapsed (the new owner took over after the lease), so it is given back unstarted."""
+        Uses no credit and starts nothing. One held (not started) under an older token is
+        not here: it is given back unstarted to its old node (which handed the partition
+        over, or whose promise lapsed), so only the new owner's hand-out runs it."""
         ex = self.running.get(d.execution_id)
         if ex is not None:
             if d.attempt == ex.dispatch.attempt and d.fencing_token >= ex.dispatch.fencing_token:
@@ -198,6 +199,15 @@ class Attempts:
         elif self._answer_from_ledger(conn, d):
             log.debug("probe of %s: answered from the ledger", d.execution_id)
             return
+        held = self.hold.by_id.get(d.execution_id)
+        if held is not None and d.fencing_token > held.dispatch.fencing_token:
+            # Held for its old owner, which may still be alive (a graceful handover): its
+            # Cancel may come after the instant, and then both would run it. Given back
+            # unstarted now; the new owner hands it out afresh.
+            stale = held.dispatch.fencing_token
+            self._cancel_held(worker_pb2.Cancel(
+                execution_id=d.execution_id, fencing_token=stale, reason="taken over"
+            ))  # fmt: skip
         log.debug("probe of %s (token %d): not here", d.execution_id, d.fencing_token)
         conn.add_not_here(d.execution_id)
 
