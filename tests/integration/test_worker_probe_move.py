@@ -104,14 +104,14 @@ async def test_a_probe_takes_back_what_the_old_owner_had_a_worker_hold(
         await wait_for(lambda: len(new.dispatcher.workers()) == 1, "worker on the new node")
         sessions = old.dispatcher._sessions.values()
         await wait_for(lambda: all(s.hold_credits > 0 for s in sessions), "hold credits")
-        at = int(time.time() * 1000) + 700
+        at = int(time.time() * 1000) + 3000  # far enough for a loaded machine to probe first
         held = worker_pb2.Dispatch(
             execution_id="e2", job_id="job-e2", handler="work", queue="default", tenant="t",
             attempt=1, fencing_token=3, start_at_ms=at,
         )  # fmt: skip
         old.authority.tokens["e2"] = 3
         assert old.dispatcher.hold([held]) == []
-        await wait_for(lambda: old.dispatcher.workers()[0].held == 1, "held on the worker")
+        await wait_for(lambda: "e2" in worker._attempts.hold.by_id, "held on the worker")
         probe = worker_pb2.Dispatch()
         probe.CopyFrom(held)
         probe.fencing_token, probe.start_at_ms = 7, 0
