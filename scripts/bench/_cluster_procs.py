@@ -168,7 +168,8 @@ class BenchCluster:
         self.killed.discard(name)
         port = self.ports.setdefault(name, free_port())
         self.nodes[name] = self.children.spawn(
-            [*SCHEDD, "--log-level", "info", "node", "--etcd", self.etcd_endpoint,
+            [*SCHEDD, "--log-level", os.environ.get("SCHEDD_BENCH_LOG", "info"), "node",
+             "--etcd", self.etcd_endpoint,
              "--listen", f"127.0.0.1:{port}", "--node-id", name,
              "--data-dir", str(self.root / name), "--partitions", str(self.partitions),
              "--session-ttl", str(self.session_ttl_s)],
@@ -181,7 +182,7 @@ class BenchCluster:
         )
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
         self.workers[name] = self.children.spawn(
-            [*SCHEDD, "--log-level", "warning", "worker",
+            [*SCHEDD, "--log-level", os.environ.get("SCHEDD_BENCH_LOG", "warning"), "worker",
              "--connect", ",".join(self.address(n) for n in sorted(self.nodes)),
              "--import", "_e2e_handlers", "--worker-id", name,
              "--capacity", str(self.capacity), "--prefetch", str(self.prefetch),
