@@ -87,6 +87,7 @@ class FakeCluster:
         self.kept: set[str] = set()
         self.conns: dict[str, str | None] = {}
         self.running: dict[str, int] = {}
+        self.revived: list[str] = []
         self.now = 0.0
 
     async def __call__(self, address: str, timeout: float) -> Members:
@@ -120,6 +121,7 @@ class FakeCluster:
             connect=self.connect,
             forget=self.forget,
             clock=lambda: self.now,
+            revive=self.revived.append,
         )
 
 
@@ -170,6 +172,18 @@ async def test_a_round_without_answers_changes_nothing() -> None:
     c.now = 100  # long past the grace: still nothing forgotten without an answer
     assert await disc.round() == Plan()
     assert sorted(c.conns) == ["a:1", "b:2"] and disc.answered == 1
+
+
+async def test_connections_to_live_addresses_are_revived_every_round() -> None:
+    """A stream down in its backoff to a node listed live (restarted on its address)
+    reconnects now; one just planned, or to an address no longer live, is left alone."""
+    c = FakeCluster({"A": "a:1", "B": "b:2"}, up={"a:1", "b:2"})
+    disc = c.discovery(["a:1"])
+    await disc.round()
+    assert c.revived == ["a:1"]  # b:2 was just connected
+    del c.members["B"]
+    await disc.round()
+    assert c.revived == ["a:1", "a:1"]
 
 
 def test_config_validates_discovery_settings() -> None:

@@ -45,15 +45,17 @@ class OwnershipConfig:
         join_wait_s: a node joining peers takes no share until every worker streaming to a
             peer streams to it too, or this long has passed: an execution a worker runs
             when its partition moves here is found by this node's probe only over a stream
-            (else it is handed out again and runs twice); workers find a new node within
-            their discovery interval (2 s).
+            (else it is handed out again and runs twice); workers find a new node, and
+            come back to one restarted on its address, within their discovery interval
+            (2 s). The margin is wide: a joiner that stopped waiting too early doubled
+            fires in the cluster benchmark, one that waits longer only balances later.
     """
 
     partitions: int
     max_clock_skew_ms: int = 500
     rebalance_interval_s: float = 1.0
     claim_batch: int = 256
-    join_wait_s: float = 5.0
+    join_wait_s: float = 15.0
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

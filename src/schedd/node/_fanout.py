@@ -27,7 +27,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Channel options of the node-to-node channels (answers can be whole pages of executions).
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # A peer's channel is kept: gRPC's default backoff (growing to 120 s) would leave a peer
+    # that was down for a while "missing" from every view long after it came back.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+]
 
 
 def _wildcard(address: str) -> bool:

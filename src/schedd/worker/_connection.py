@@ -28,6 +28,16 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.http2.max_pings_without_data", 0),
     # A node coalesces what accumulates while a send is in flight into one message.
     ("grpc.max_receive_message_length", 64 << 20),
+    # A channel of its own for each attempt, with a fresh connection attempt: from the shared
+    # (process-wide) subchannel pool a new channel inherits the failure backoff of an earlier
+    # one to the same address (gRPC's own, 1 s growing 1.6x), and a node restarted on the same
+    # port stayed unreached for seconds after it listened (a joining node then took its share
+    # with no worker connected). The membership query's channel stays open across rounds:
+    # its backoff is capped at the discovery interval's scale.
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
 )
 _FLUSH_S = 0.002
 _MAX_BATCH = 512
@@ -124,6 +134,7 @@ class NodeConnection:
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._closing = asyncio.Event()
+        self._retry = asyncio.Event()
 
     # ---- buffering ----------------------------------------------------------------------------
 
@@ -303,10 +314,30 @@ class NodeConnection:
                 return
             attempt = 0 if welcomed else attempt + 1
             delay = reconnect_delay(attempt, low, high)
+            if self._retry.is_set():
+                log.debug("reconnecting to %s now (its node is live)", self.endpoint)
+                continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), timeout=delay)
+                await asyncio.wait_for(self._pause_ends(), timeout=delay)
+
+    def retry_now(self) -> None:
+        """Cut a reconnect pause short: discovery saw this endpoint's node live (restarted
+        on the same address). Without it a worker could stay away from a node that was back
+        for up to ``reconnect_max_s`` more; nothing happens while a stream is open."""
+        if not self.live:
+            self._retry.set()
+
+    async def _pause_ends(self) -> None:
+        closing = asyncio.ensure_future(self._closing.wait())
+        retry = asyncio.ensure_future(self._retry.wait())
+        try:
+            await asyncio.wait((closing, retry), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            retry.cancel()
 
     async def _serve_once(self) -> bool:
+        self._retry.clear()
         async with grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerStub(channel).Connect()
             await call.write(worker_pb2.WorkerMessage(hello=self._owner.hello()))

@@ -161,6 +161,7 @@ class Discovery:
         connect: Callable[[str], None],
         forget: Callable[[str], Awaitable[bool]],
         clock: Callable[[], float],
+        revive: Callable[[str], None] = lambda endpoint: None,
     ) -> None:
         """Args:
         seeds: The addresses the worker was given.
@@ -172,6 +173,9 @@ class Discovery:
         forget: Close the connection to an endpoint; False when it was kept (still has
             running executions).
         clock: Monotonic seconds.
+        revive: Called for each connection whose endpoint is a live address: a stream that
+            is down reconnects at once instead of after its backoff (a node restarted on
+            the same address).
         """
         self.seeds = list(dict.fromkeys(seeds))
         self.directory = directory
@@ -181,6 +185,7 @@ class Discovery:
         self._connect = connect
         self._forget = forget
         self._clock = clock
+        self._revive = revive
         self._last_good: str | None = None
         self._known: list[str] = []
         self._warned: set[str] = set()
@@ -227,6 +232,10 @@ class Discovery:
         for address in plan.connect:
             log.info("discovered node at %s: connecting", address)
             self._connect(address)
+        planned = set(plan.connect)
+        for endpoint in self._connections():
+            if endpoint in self._known and endpoint not in planned:
+                self._revive(endpoint)
         for endpoint in plan.forget:
             if await self._forget(endpoint):
                 log.info("node at %s left the cluster: connection closed", endpoint)

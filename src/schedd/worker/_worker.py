@@ -235,6 +235,7 @@ class Worker:
                 connect=self._connect,
                 forget=self._forget,
                 clock=self._clock.monotonic,
+                revive=self._revive,
             )
             self._discovery_task = asyncio.create_task(
                 self._discovery.run(), name="schedd-worker-discovery"
@@ -325,6 +326,11 @@ class Worker:
         )
         self._conns[endpoint] = conn
         conn.start()
+
+    def _revive(self, endpoint: str) -> None:
+        conn = self._conns.get(endpoint)
+        if conn is not None and not self._stopping:
+            conn.retry_now()
 
     async def _forget(self, endpoint: str) -> bool:
         """Close the stream to a node that left, unless executions it dispatched still run
