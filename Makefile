@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # etcd's server binary; Debian's etcd-server package when it is not on PATH. The tests also
-# use faketime (a node with a skewed clock): installed too when missing, but not required.
+# use faketime (a node with a skewed clock) and openssl (certificates for TLS to etcd):
+# installed too when missing, but not required.
 etcd:
 	@command -v etcd >/dev/null 2>&1 || { \
 	  echo "installing etcd-server (apt-get)"; \
@@ -27,6 +28,10 @@ etcd:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq faketime >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq faketime >/dev/null 2>&1; } || \
 	  echo "faketime not installed: the clock-skew cluster test will be skipped"; }
+	@command -v openssl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssl >/dev/null 2>&1 || \
+	  echo "openssl not installed: the etcd TLS tests will be skipped"; }
 
 proto: $(STAMP)
 	PYTHON=$(PY) scripts/gen_proto.sh

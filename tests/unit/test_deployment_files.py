@@ -188,8 +188,8 @@ def test_node_unit_runs_a_node_with_real_flags(
     assert params["etcd_ca"] is None  # TLS is the commented alternative
     with_tls = _parse(argv[1:], env | alternatives, monkeypatch, tmp_path)
     assert with_tls["etcd_ca"] and with_tls["etcd_cert"] and with_tls["etcd_key"]
-    # With TLS a node takes one endpoint today (no flag for the name to verify).
-    assert "," not in with_tls["etcd_endpoints"]
+    # With TLS and several endpoints, the name the member certificates share.
+    assert "," in with_tls["etcd_endpoints"] and with_tls["etcd_server_name"]
     assert _timeout_s(_one(unit, "Service", "TimeoutStopSec")) > NODE_STOP_BUDGET_S
     assert _one(unit, "Service", "KillSignal") == "SIGTERM"
 

@@ -15,6 +15,9 @@ import click
 from schedd._errors import SchedError
 from schedd._gc import tune_gc
 
+#: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
+_ETCD_TLS = ("ca_file", "cert_file", "key_file", "server_name")
+
 
 def _setup_logging(level: str) -> None:
     """``level`` for schedd's own loggers; the libraries' (gRPC, asyncio, etcd client) stay at
@@ -132,6 +135,13 @@ def main(log_level: str) -> None:
     default=None,
     type=click.Path(dir_okay=False, exists=True),
 )
+@click.option(
+    "--etcd-server-name",
+    envvar="SCHEDD_ETCD_SERVER_NAME",
+    default=None,
+    help="name the etcd members' certificates are verified against (TLS with several"
+    " --etcd endpoints; default: the endpoints' host name when they share one)",
+)
 def node(
     etcd_endpoints: str,
     listen: str,
@@ -150,6 +160,7 @@ def node(
     etcd_ca: str | None,
     etcd_cert: str | None,
     etcd_key: str | None,
+    etcd_server_name: str | None,
 ) -> None:
     """Run a scheduler node."""
     from schedd.node import Node, NodeConfig
@@ -164,14 +175,26 @@ def node(
             f"{heartbeat_interval_ms} ms must be below --lease-timeout-ms ({lease_timeout_ms} ms)",
             param_hint="--heartbeat-interval-ms",
         )
+    try:
+        etcd = EtcdConfig(
+            endpoints=endpoints,
+            ca_file=etcd_ca,
+            cert_file=etcd_cert,
+            key_file=etcd_key,
+            server_name=etcd_server_name,
+        )
+    except ValueError as exc:
+        flags = {f: "--etcd-" + f.removesuffix("_file").replace("_", "-") for f in _ETCD_TLS}
+        message = str(exc)
+        for field, flag in flags.items():
+            message = message.replace(field, flag)
+        raise click.BadParameter(message, param_hint=flags[str(exc).split()[0]]) from exc
     nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
     cfg = NodeConfig(
         node_id=nid,
         listen=listen,
         advertise=advertise,
-        etcd=EtcdConfig(
-            endpoints=endpoints, ca_file=etcd_ca, cert_file=etcd_cert, key_file=etcd_key
-        ),
+        etcd=etcd,
         prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
         partitions=partitions,
         data_dir=Path(data_dir or f".schedd-node-{nid}"),

@@ -10,6 +10,7 @@ caller re-lists and re-watches). Swapping the client library means rewriting thi
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -38,8 +39,15 @@ class EtcdConfig:
         ca_file: PEM CA bundle; enables TLS when set.
         cert_file: client certificate (mTLS), with ``key_file``.
         key_file: client private key (mTLS).
-        server_name: TLS name to verify when endpoints are IP literals.
+        server_name: the name the members' certificates are verified against. Needed with
+            TLS and several endpoints (the client connects to resolved IPv4 addresses and has
+            no one name to check); when absent and every endpoint names the same host, that
+            host name is used; else the certificates must hold each member's IP address.
         timeout_s: deadline of one etcd call.
+
+    Raises:
+        ValueError: a client certificate without its key (or the reverse), or TLS settings
+            without ``ca_file`` (naming the setting).
     """
 
     endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
@@ -48,6 +56,28 @@ class EtcdConfig:
     key_file: str | None = None
     server_name: str | None = None
     timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            given, missing = ("cert_file", "key_file")
+            if not self.cert_file:
+                given, missing = missing, given
+            raise ValueError(f"{given} needs {missing}: a client certificate goes with its key")
+        if not self.ca_file:
+            for name in ("cert_file", "server_name"):
+                if getattr(self, name):
+                    raise ValueError(f"{name} needs ca_file: TLS to etcd is on only with a CA")
+
+    def tls_name(self) -> str | None:
+        """The name to verify the members' certificates against (see ``server_name``)."""
+        if self.server_name:
+            return self.server_name
+        hosts = {e.rpartition(":")[0].strip("[]") for e in self.endpoints}
+        if len(hosts) == 1:
+            (host,) = hosts
+            if not _is_ip(host):
+                return host
+        return None
 
     @staticmethod
     def parse_endpoints(text: str) -> tuple[str, ...]:
@@ -60,6 +90,14 @@ class EtcdConfig:
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"etcd endpoint {item!r} is not HOST:PORT")
         return tuple(e.removeprefix("http://") for e in items)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _resolve(endpoint: str) -> str:
@@ -165,15 +203,17 @@ class EtcdKV:
     async def connect(cls, config: EtcdConfig) -> EtcdKV:
         endpoints = [_resolve(e) for e in config.endpoints]
         tls: dict[str, bytes | None] = {}
+        server_name = None
         if config.ca_file:
             tls["ca_cert"] = Path(config.ca_file).read_bytes()
+            server_name = config.tls_name()
             if config.cert_file and config.key_file:
                 tls["cert_chain"] = Path(config.cert_file).read_bytes()
                 tls["cert_key"] = Path(config.key_file).read_bytes()
         client = Etcd3Client(
             endpoints,
             rpc_max_attempts=3,
-            tls_server_name=config.server_name,
+            tls_server_name=server_name,
             **tls,  # type: ignore[arg-type]
         )
         await client.connect()
