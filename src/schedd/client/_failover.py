@@ -158,7 +158,7 @@ async def call_with_failover(
         if deadline - clock() <= 0:
             break
     detail = ", ".join(f"{endpoints[i]} ({why.get(i, 'not tried')})" for i in rotation.order())
-    raise Unavailable(f"no scheduler node answered: {detail}")
+    raise Unavailable(f"no scheduler node could serve the call: {detail}")
 
 
 def _describe(exc: grpc.RpcError, code: grpc.StatusCode | None) -> str:

@@ -180,9 +180,11 @@ class Partition:
 
     def fenced_out(self, exc: FencedOut) -> None:
         """The fence no longer holds (a newer owner exists): this partition must stop."""
-        log.warning("partition %d: %s; stopping", self.partition, exc)
+        log.warning("%s; stopping", exc)  # the message names the partition
         self._stopping = True
-        self.events.partition_lost(self.partition, str(exc))
+        self.events.partition_lost(
+            self.partition, f"fenced out: epoch {exc.epoch} is no longer current"
+        )
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         """Supervision: a loop of this partition that ends while the partition runs is a crash.
