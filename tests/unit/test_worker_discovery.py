@@ -186,6 +186,22 @@ async def test_connections_to_live_addresses_are_revived_every_round() -> None:
     assert c.revived == ["a:1", "a:1"]
 
 
+async def test_a_node_restarted_on_another_address_is_connected_there() -> None:
+    """The old endpoint's stream is down (no node id): it does not cover the node's new
+    address, and it is forgotten after the grace."""
+    c = FakeCluster({"A": "a:1", "B": "b:2"}, up={"a:1", "b:2"})
+    disc = c.discovery(["a:1", "b:2"])
+    await disc.round()
+    c.members["B"] = "b:3"  # B restarted on another port
+    c.up.add("b:3")
+    c.conns["b:2"] = None  # its old stream is down, reconnecting
+    c.now = 2
+    assert (await disc.round()).connect == ["b:3"]
+    c.now = 40
+    await disc.round()
+    assert sorted(c.conns) == ["a:1", "b:3"]
+
+
 def test_config_validates_discovery_settings() -> None:
     assert WorkerConfig(("a:1",)).discover is True
     with pytest.raises(ValueError, match="discovery_interval_s"):

@@ -32,7 +32,6 @@ _CHANNEL_OPTIONS = [
     # A peer's channel is kept: gRPC's default backoff (growing to 120 s) would leave a peer
     # that was down for a while "missing" from every view long after it came back.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 ]
 

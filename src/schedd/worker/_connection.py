@@ -36,7 +36,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     # its backoff is capped at the discovery interval's scale.
     ("grpc.use_local_subchannel_pool", 1),
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 )
 _FLUSH_S = 0.002

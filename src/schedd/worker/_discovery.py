@@ -168,7 +168,8 @@ class Discovery:
         directory: The diffing and its memory.
         interval_s: Time between rounds, and the deadline of one query.
         query: Asks one node for the live members.
-        connections: The worker's connections (endpoint -> welcoming node id or None).
+        connections: The worker's connections (endpoint -> the node id that welcomed its
+            open stream, or None while it has none).
         connect: Open a connection to an address.
         forget: Close the connection to an endpoint; False when it was kept (still has
             running executions).

@@ -307,9 +307,14 @@ class Worker:
         return sorted(ep for ep, c in self._conns.items() if c.live)
 
     def _connections(self) -> dict[str, str | None]:
-        """Endpoint -> the node id that welcomed its stream (None before a Welcome)."""
+        """Endpoint -> the node id that welcomed its open stream (None while it has none).
+
+        A stream that is down counts for no node: a node restarted on another address is
+        then connected at its new one, instead of counting as covered by the old endpoint
+        (which it welcomed once) until that is forgotten.
+        """
         return {
-            ep: (c.welcome.node_id or None) if c.welcome is not None else None
+            ep: (c.welcome.node_id or None) if c.live and c.welcome is not None else None
             for ep, c in self._conns.items()
         }
 
