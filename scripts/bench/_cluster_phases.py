@@ -27,15 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _cluster_procs import (
-    BenchCluster,
-    Records,
-    cpu_seconds,
-    read_node_log,
-    read_ownership,
-    rss_mib,
-    wait_for,
-)
+from _cluster_procs import BenchCluster, Records, read_node_log, read_ownership, wait_for
+from _e2e_cluster import cpu_seconds, rss_mib
 from _e2e_common import percentile, say
 
 from schedd.client import Client, build_job

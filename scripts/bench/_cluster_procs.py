@@ -30,23 +30,6 @@ from schedd.dev import free_port
 from schedd.v1 import scheduler_pb2
 
 T = TypeVar("T")
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process so far, in seconds (``/proc/<pid>/stat``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of stat(5)
-
-
-def rss_mib(pid: int) -> float:
-    """Resident set size of a process in MiB (``VmRSS`` of ``/proc/<pid>/status``)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
 
 
 def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str, every: float = 0.05) -> T:

@@ -30,6 +30,25 @@ SCHEDD = [sys.executable, "-m", "schedd.cli.schedd_main"]
 PREFIX = b"/schedd/v1/"
 PARTITIONS = 16
 NODE_ID = "bench"
+#: The node's and the worker's log level (``SCHEDD_BENCH_LOG=debug`` to follow an execution).
+LOG_LEVEL = os.environ.get("SCHEDD_BENCH_LOG", "warning")
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far, in seconds (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of stat(5)
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of a process in MiB (``VmRSS`` of ``/proc/<pid>/status``)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 class Children:
@@ -149,7 +168,7 @@ class Cluster:
         self.children.etcds.append(self.etcd)
         self.etcd.start()
         self.node = self.children.spawn(
-            [*SCHEDD, "--log-level", "warning", "node", "--etcd", self.etcd.endpoint,
+            [*SCHEDD, "--log-level", LOG_LEVEL, "node", "--etcd", self.etcd.endpoint,
              "--listen", self.address, "--node-id", NODE_ID, "--data-dir", str(self.root / "node"),
              "--partitions", str(PARTITIONS)],
             self.root / "node.log",
@@ -157,7 +176,7 @@ class Cluster:
         env = dict(os.environ, E2E_RECORD=str(self.record), E2E_JITTER_MS=str(self.jitter_ms))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
         self.worker = self.children.spawn(
-            [*SCHEDD, "--log-level", "warning", "worker", "--connect", self.address,
+            [*SCHEDD, "--log-level", LOG_LEVEL, "worker", "--connect", self.address,
              "--import", "_e2e_handlers", "--worker-id", "bench-worker",
              "--capacity", str(self.capacity), "--prefetch", str(self.prefetch),
              "--data-dir", str(self.root / "worker")],
@@ -187,6 +206,25 @@ class Cluster:
                 time.sleep(0.2)
         raise RuntimeError(f"cluster not ready in {timeout_s}s ({last})")
 
+    def pids(self) -> dict[str, int]:
+        """The process id of each part that runs: ``node``, ``worker`` and ``etcd``."""
+        out = {}
+        for name, proc in (("node", self.node), ("worker", self.worker), ("etcd", self.etcd.proc)):
+            if proc is not None and proc.poll() is None:
+                out[name] = proc.pid
+        return out
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds (user + system) each part has used so far, and the wall clock (``_wall``)."""
+        out = {name: cpu_seconds(pid) for name, pid in self.pids().items()}
+        out["_wall"] = time.monotonic()
+        out["_epoch_ns"] = time.time_ns()
+        return out
+
+    def rss(self) -> dict[str, float]:
+        """Resident memory of each part in MiB."""
+        return {name: rss_mib(pid) for name, pid in self.pids().items()}
+
     def log_tail(self, name: str, chars: int = 1500) -> str:
         path = self.root / f"{name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
@@ -196,6 +234,23 @@ class Cluster:
             if proc is not None:
                 self.children.stop(proc)
         self.etcd.stop()
+
+
+def cpu_cost(c0: dict[str, float], c1: dict[str, float], fires: int) -> dict[str, float]:
+    """Per part, CPU-µs per fire and cores used between two :meth:`Cluster.cpu` readings."""
+    out: dict[str, float] = {}
+    wall = c1["_wall"] - c0["_wall"]
+    total = 0.0
+    for name in ("node", "worker", "etcd"):
+        if name in c0 and name in c1:
+            spent = c1[name] - c0[name]
+            total += spent
+            if fires:
+                out[f"{name}_cpu_us_per_fire"] = round(spent / fires * 1e6, 1)
+            out[f"{name}_cores"] = round(spent / wall, 2) if wall > 0 else 0.0
+    if fires:
+        out["total_cpu_us_per_fire"] = round(total / fires * 1e6, 1)
+    return out
 
 
 class StartLog:

@@ -28,6 +28,8 @@ class Workload:
             jitter_offset_ms``), which spreads one second's fires over that second, as a user
             spreads a herd; APScheduler gets the same offsets as exact run times. Lateness
             counts from the offset instant, the moment each system was asked to fire.
+        factor: ``overload`` only: the offered load during its window as a multiple of the
+            capacity measured by the ``capacity`` workload of the same run (``_e2e_overload``).
     """
 
     name: str
@@ -36,6 +38,7 @@ class Workload:
     spread_s: float = 0.0
     duration_s: int = 0
     jitter_ms: int = 0
+    factor: float = 0.0
 
     @property
     def expected(self) -> int:
@@ -69,6 +72,13 @@ def workloads(names: Sequence[str], quick: bool) -> list[Workload]:
                     f"sustained{_k(r)}", "sustained", r, duration_s=secs, jitter_ms=SPREAD_JITTER_MS
                 )
                 for r in rates
+            )
+        elif name == "overload":
+            probe, probe_s, window_s = (10_000, 10, 10) if quick else (20_000, 20, 30)
+            out.append(Workload("capacity", "capacity", probe, duration_s=probe_s))
+            out.extend(
+                Workload(f"overload{k}x", "overload", 0, duration_s=window_s, factor=float(k))
+                for k in ("1.5", "3")
             )
         elif name.startswith("sustained") and name[9:-1].isdigit() and name.endswith("k"):
             rate, secs = int(name[9:-1]) * 1000, 5 if quick else 15
@@ -173,6 +183,7 @@ _COLUMNS = (
     ("etcd_txns_per_exec", 9, "{:.2f}"),
     ("etcd_writes_per_exec", 9, "{:.2f}"),
     ("durable_s", 8, "{:.2f}"),
+    ("total_cpu_us_per_fire", 8, "{:.0f}"),
 )
 _HEADS = (
     "system",
@@ -186,6 +197,7 @@ _HEADS = (
     "txn/exec",
     "wr/exec",
     "durable s",
+    "cpu us",
 )
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _e2e_cluster import Children, Cluster, EtcdProbe, StartLog, etcd_metrics
+from _e2e_cluster import Children, Cluster, EtcdProbe, StartLog, cpu_cost, etcd_metrics
 from _e2e_common import Result, Workload, fires_per_s, lateness_stats, say, spread_offset_ms
 
 from schedd.client import Client, build_job
@@ -137,7 +137,12 @@ def _one_shot(
     ]
     schedules = [_at(t_ms + off) for off in offsets]
     last_ms = t_ms + max(offsets) + w.jitter_ms
-    per_job = _creation_cost(client, cluster)
+    rss0 = cluster.rss()
+    far = max(CHUNK, w.n // 10)
+    per_job = _creation_cost(client, cluster, far)
+    rss1 = cluster.rss()
+    for name in ("node", "etcd"):  # jobs stored, not due in the window
+        res.extra[f"{name}_kib_per_stored_job"] = _kib_per(rss0, rss1, name, far)
     before = etcd_metrics(cluster.etcd.endpoint)
     took = _create(client, schedules, w.jitter_ms)
     est.create_per_s = w.n / took
@@ -150,6 +155,7 @@ def _one_shot(
     )
     m0 = etcd_metrics(cluster.etcd.endpoint)
     m0["_wall"] = time.time()
+    c0 = cluster.cpu()
     early = probe.runs_count()
     if early:
         # Claims began while jobs were still being created (a big burst is claimed long
@@ -159,12 +165,16 @@ def _one_shot(
             m0[key] = before[key] + cost * w.n
     _sleep_until(t_ms / 1000.0 - 0.25)
     res.extra["claimed_before_fire"] = probe.runs_count()
+    rss2 = cluster.rss()  # every job claimed into the node's wheel and held by the worker
+    res.extra["node_kib_per_claimed_fire"] = _kib_per(rss1, rss2, "node", w.n)
+    res.extra["worker_kib_per_held_fire"] = _kib_per(rss1, rss2, "worker", w.n)
     log = StartLog(cluster.record)
     deadline = time.monotonic() + (last_ms / 1000.0 - time.time()) + 60 + w.n / 2000
     _wait_starts(log, w.n, deadline)
     durable = _poll_zero(probe, probe.runs_count, max(30.0, w.n / 1000))
     end_wall = time.time()
     m1 = etcd_metrics(cluster.etcd.endpoint)
+    c1 = cluster.cpu()
     recs = log.records()
     sched = {eid: ms for eid, ms, _ in recs}
     first = {}
@@ -175,6 +185,7 @@ def _one_shot(
     res.fires_per_s = fires_per_s([ns / 1e6 for ns in first.values()], t_ms, w.kind, w.n)
     res.lost = w.n - len(first)
     res.extra["dup"] = len(recs) - len(first)
+    res.extra.update(cpu_cost(c0, c1, len(first)))
     _etcd_cost(res, m0, m1, len(first), res.extra["etcd_bg_rev_per_s"], end_wall - m0["_wall"])
     if durable is not None and res.lost == 0:
         # from the last due instant until no execution is left in etcd
@@ -183,13 +194,20 @@ def _one_shot(
         res.extra["runs_left"] = probe.runs_count()
 
 
-def _creation_cost(client: Client, cluster: Cluster) -> dict[str, float]:
-    """etcd's counters per created job, from one chunk of jobs due in a year (never claimed)."""
+def _kib_per(before: dict[str, float], after: dict[str, float], name: str, n: int) -> float | None:
+    """KiB of resident memory part ``name`` grew by per item (None if it is not running)."""
+    if name not in before or name not in after or not n:
+        return None
+    return round((after[name] - before[name]) * 1024 / n, 3)
+
+
+def _creation_cost(client: Client, cluster: Cluster, n: int = CHUNK) -> dict[str, float]:
+    """etcd's counters per created job, from ``n`` jobs due in a year (never claimed)."""
     m0 = etcd_metrics(cluster.etcd.endpoint)
     far = (math.floor(time.time()) + 365 * 86400) * 1000.0
-    _create(client, [_at(far + i * 1000) for i in range(CHUNK)])
+    _create(client, [_at(far + i * 1000) for i in range(n)])
     m1 = etcd_metrics(cluster.etcd.endpoint)
-    return {k: (m1[k] - m0[k]) / CHUNK for k in ("revision", "put", "delete", "txn")}
+    return {k: (m1[k] - m0[k]) / n for k in ("revision", "put", "delete", "txn")}
 
 
 def _etcd_cost(
@@ -225,8 +243,10 @@ def _sustained(
     _sleep_until(start_ms / 1000.0)
     m0 = etcd_metrics(cluster.etcd.endpoint)
     m0["_wall"] = time.time()
+    c0 = cluster.cpu()
     _sleep_until(end_ms / 1000.0)
     m1 = etcd_metrics(cluster.etcd.endpoint)
+    c1 = cluster.cpu()
     log = StartLog(cluster.record)
     in_window = 0
     deadline = time.monotonic() + 15.0
@@ -251,6 +271,12 @@ def _sustained(
     res.lost = w.expected - len(first)
     res.extra["dup"] = len(recs) - len(first)
     res.extra["expected"] = w.expected
+    # The window's CPU over the executions that started in it, whatever their scheduled time
+    # (in steady state what fires in a window is claimed in the one before and settled in the
+    # one after; past saturation fewer start than are due).
+    started = sum(1 for _e, _ms, ns in log.records() if c0["_epoch_ns"] <= ns < c1["_epoch_ns"])
+    res.extra["started_in_window"] = started
+    res.extra.update(cpu_cost(c0, c1, started))
     _etcd_cost(res, m0, m1, w.expected, res.extra["etcd_bg_rev_per_s"], w.duration_s)
     if durable is not None and res.lost == 0:
         res.durable_s = round(wait_t0 + durable - end_ms / 1000.0, 2)

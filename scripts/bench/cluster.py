@@ -93,7 +93,7 @@ def parse_args() -> argparse.Namespace:
 
 def _stage(run: Any, size: int, args: argparse.Namespace, victims: Any) -> dict[str, Any]:
     from _cluster_phases import fill, kill_cycle, sustained
-    from _cluster_procs import rss_mib
+    from _e2e_cluster import rss_mib
 
     c = run.cluster
     filled = fill(run, size, args.fill_procs, max(0, run.stored - args.rate))

@@ -1,13 +1,17 @@
 """End-to-end benchmark: schedd (real etcd, node and worker processes) against APScheduler 3.
 
     .venv/bin/python scripts/bench/e2e.py [--quick] [--systems schedd,apscheduler3]
-        [--workloads burst1k,burst10k,burst100k,spread10k,sustained]
+        [--workloads burst1k,burst10k,burst100k,spread10k,sustained,overload]
+        [--capacity-rate N]
 
 Per workload, lateness is measured from an execution's scheduled instant to the moment its
 no-op handler starts (``time.time_ns()`` in the handler; every process is on this machine, so
 one wall clock). A human table goes to stderr as rows finish; the last stdout line is one JSON
 object ``{"bench": "e2e", "results": [...], "ratios": {...}, "targets": {...}}``.
-See ``_e2e_schedd.py`` (schedd method) and ``_e2e_aps.py`` (baseline) for what is measured how.
+See ``_e2e_schedd.py`` (schedd method), ``_e2e_overload.py`` (the overload workloads, schedd
+only) and ``_e2e_aps.py`` (baseline) for what is measured how. Each schedd row also carries the
+CPU-µs per fire of the node, the worker and etcd (``*_cpu_us_per_fire``, from each process's
+own CPU time over the measured window) and, for bursts, resident memory per job.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _e2e_common import Result, Workload, say, table_header, table_row, workloads
 
-ALL = "burst1k,burst10k,burst100k,spread10k,sustained"  # or sustained3k: one rate
+ALL = "burst1k,burst10k,burst100k,spread10k,sustained,overload"  # or sustained3k: one rate
 APS_SCRIPT = Path(__file__).resolve().parent / "_e2e_aps.py"
 
 
@@ -108,6 +112,9 @@ def summarize(results: list[Result]) -> tuple[dict[str, Any], dict[str, Any]]:
         targets["all_claimed_before_fire_instant"] = all(
             r.extra["claimed_before_fire"] >= r.n for r in ahead
         )
+    from _e2e_overload import summarize as overload_targets
+
+    targets.update(overload_targets(results))
     return ratios, targets
 
 
@@ -129,6 +136,12 @@ def main() -> int:
         " at its instant)",
     )
     ap.add_argument("--margin", type=float, default=None, help="seconds between creation and T")
+    ap.add_argument(
+        "--capacity-rate",
+        type=float,
+        default=None,
+        help="overload: the capacity (fires/s) to take as measured, instead of the capacity step",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the data directories and logs")
     args = ap.parse_args()
     wl = workloads([x.strip() for x in args.workloads.split(",") if x.strip()], args.quick)
@@ -147,10 +160,36 @@ def main() -> int:
     say(f"e2e: workloads {[w.name for w in wl]}, systems {systems}, data in {root}")
     say(table_header())
     est = None
+    capacity_rate = args.capacity_rate
+    if capacity_rate is not None:
+        wl = [w for w in wl if w.kind != "capacity"]
     try:
         for w in wl:
             for system in systems:
-                if system == "apscheduler3":
+                if w.kind in ("capacity", "overload") and system != "schedd":
+                    continue  # the overload workloads measure schedd against itself
+                if w.kind == "capacity":
+                    from _e2e_overload import measure_capacity
+
+                    r = measure_capacity(
+                        w, root / f"schedd-{w.name}", children, args.capacity, args.prefetch
+                    )
+                    capacity_rate = r.fires_per_s
+                elif w.kind == "overload":
+                    from _e2e_overload import run_overload
+
+                    if not capacity_rate:
+                        say(f"{w.name}: skipped, no capacity measured")
+                        continue
+                    r = run_overload(
+                        w,
+                        capacity_rate,
+                        root / f"schedd-{w.name}",
+                        children,
+                        args.capacity,
+                        args.prefetch,
+                    )
+                elif system == "apscheduler3":
                     r = run_aps(w, root / f"aps-{w.name}.log")
                 else:
                     from _e2e_schedd import Estimates, run_once
