@@ -161,3 +161,21 @@ async def test_a_large_backlog_is_pruned_in_slices(
         assert h.list() == []
     finally:
         h.close()
+
+
+def test_a_record_written_again_is_pruned_by_its_latest_finish_only(tmp_path: Path) -> None:
+    h = History(tmp_path / "h", ttl_ms=1000)
+    try:
+        h.record([_ex("a", 100, 500)])
+        h.record([_ex("a", 100, 5000)])  # finished again later (a redelivered attempt)
+        h.record([_ex("b", 100, 600)])
+        # At 2000 the first finish is past the TTL, the second is not: the stale entry goes,
+        # the record stays; b goes.
+        assert h.prune(2000) == 2
+        assert _ids(h.list()) == ["a@100"]
+        got = h.get("a@100")
+        assert got is not None and got.finished_ms == 5000
+        assert h.prune(6001) == 1
+        assert h.list() == [] and h.get("a@100") is None
+    finally:
+        h.close()
