@@ -74,7 +74,7 @@ def workloads(names: Sequence[str], quick: bool) -> list[Workload]:
                 for r in rates
             )
         elif name == "overload":
-            probe, probe_s, window_s = (10_000, 10, 10) if quick else (20_000, 20, 30)
+            probe, probe_s, window_s = (10_000, 20, 10) if quick else (20_000, 40, 30)
             out.append(Workload("capacity", "capacity", probe, duration_s=probe_s))
             out.extend(
                 Workload(f"overload{k}x", "overload", 0, duration_s=window_s, factor=float(k))

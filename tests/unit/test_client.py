@@ -173,3 +173,33 @@ def test_dict_views() -> None:
     assert parse_time_ms("2026-03-08T07:00:00Z") == 1_772_953_200_000
     with pytest.raises(InvalidArgument):
         parse_time_ms("yesterday")
+
+
+def test_create_jobs_splits_many_into_calls_and_keeps_their_order(served: Served) -> None:
+    jobs = [job_pb2.Job(name=f"n{i}") if i % 7 else job_pb2.Job() for i in range(25)]
+    seen: list[tuple[int, int]] = []
+    with Client(served.endpoint) as client:
+        out = client.create_jobs(
+            jobs, chunk=4, in_flight=3, progress=lambda done, total: seen.append((done, total))
+        )
+    calls = [c for c in served.servicer.calls if c.method == "BatchCreateJobs"]
+    assert sorted(len(c.request.jobs) for c in calls) == [1] + [4] * 6
+    assert len(out) == 25
+    for i, item in enumerate(out):
+        if i % 7:
+            assert isinstance(item, job_pb2.Job) and item.name == f"n{i}"
+        else:
+            assert isinstance(item, InvalidArgument)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (25, 25)
+    assert {t for _, t in seen} == {25}
+
+
+def test_create_jobs_refuses_a_bad_chunk_without_calling(served: Served) -> None:
+    with Client(served.endpoint) as client:
+        with pytest.raises(InvalidArgument) as err:
+            client.create_jobs([job_pb2.Job(name="a")], chunk=0)
+        assert err.value.field == "chunk"
+        with pytest.raises(InvalidArgument) as err:
+            client.create_jobs([job_pb2.Job(name="a")], in_flight=0)
+        assert err.value.field == "in_flight"
+    assert not [c for c in served.servicer.calls if c.method == "BatchCreateJobs"]

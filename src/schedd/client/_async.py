@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -14,7 +15,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 import grpc
 import grpc.aio
 
-from schedd._errors import SchedError
+from schedd._errors import InvalidArgument, SchedError
 from schedd._status import from_rpc_error, item_error_to_exception
 from schedd.client._channel import ChannelSpec, channel_spec
 from schedd.client._convert import encode_payload, parse_time_ms
@@ -31,6 +32,13 @@ from schedd.client._requests import (
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger("schedd.client")
+
+#: The most jobs one ``BatchCreateJobs`` call may carry (the node refuses more).
+MAX_BATCH = 10_000
+#: :meth:`AsyncClient.create_jobs`: jobs per call, and calls at once (measured with
+#: ``scripts/bench/create.py``: docs/performance.md).
+CREATE_CHUNK = 1000
+CREATE_IN_FLIGHT = 4
 _Resp = TypeVar("_Resp")
 _P = ParamSpec("_P")
 _Time = datetime | str | int
@@ -125,14 +133,55 @@ class AsyncClient:
     #: :func:`~schedd.client.build_job`'s arguments (the signature is written there only).
     create_job = _creating(build_job)
 
-    async def create_jobs(self, jobs: Sequence[job_pb2.Job]) -> list[job_pb2.Job | SchedError]:
-        """Create many jobs in one call: per item the stored job or the error it failed with."""
-        req = scheduler_pb2.BatchCreateJobsRequest(jobs=jobs)
-        resp = await self._call(self._stub.BatchCreateJobs, req)
-        return [
-            r.ok.job if r.WhichOneof("outcome") == "ok" else item_error_to_exception(r.error)
-            for r in resp.results
-        ]
+    async def create_jobs(
+        self,
+        jobs: Sequence[job_pb2.Job],
+        *,
+        chunk: int = CREATE_CHUNK,
+        in_flight: int = CREATE_IN_FLIGHT,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[job_pb2.Job | SchedError]:
+        """Create many jobs: per item, in order, the stored job or the error it failed with.
+
+        Any number of jobs: they go as ``BatchCreateJobs`` calls of ``chunk`` jobs, up to
+        ``in_flight`` of them at once (the node validates one while etcd writes another).
+        ``progress(done, total)`` is called after each call returns (in the client's event
+        loop: keep it quick). A call that fails as a whole (the node unreachable, a deadline)
+        raises; the calls already answered have created their jobs, and creating the same jobs
+        again is safe when they carry idempotency keys.
+        """
+        if chunk < 1 or chunk > MAX_BATCH:
+            raise InvalidArgument("chunk", f"must be between 1 and {MAX_BATCH}, got {chunk}")
+        if in_flight < 1:
+            raise InvalidArgument("in_flight", f"must be at least 1, got {in_flight}")
+        total = len(jobs)
+        parts: dict[int, list[job_pb2.Job | SchedError]] = {}
+        starts = list(range(0, total, chunk))
+        done = 0
+        gate = asyncio.Semaphore(in_flight)
+
+        async def send(lo: int) -> None:
+            nonlocal done
+            async with gate:
+                req = scheduler_pb2.BatchCreateJobsRequest(jobs=jobs[lo : lo + chunk])
+                resp = await self._call(self._stub.BatchCreateJobs, req)
+            parts[lo] = [
+                r.ok.job if r.WhichOneof("outcome") == "ok" else item_error_to_exception(r.error)
+                for r in resp.results
+            ]
+            done += len(resp.results)
+            if progress is not None:
+                progress(done, total)
+
+        tasks = [asyncio.ensure_future(send(lo)) for lo in starts]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return [item for lo in starts for item in parts[lo]]
 
     async def get_job(self, job_id: str) -> job_pb2.Job:
         """The job with this id (``NotFound`` if none)."""

@@ -36,7 +36,10 @@ def check_text(field: str, value: str, *, required: bool = False, allow_slash: b
         InvalidArgument: Empty when required, longer than 200 bytes, containing ``'/'`` or a
             control character.
     """
-    text = unicodedata.normalize("NFC", value)
+    # ASCII (nearly every id and name) is its own NFC form, and its only control characters
+    # are the ones str.isprintable() refuses: no per-character Unicode lookups for it.
+    ascii_text = value.isascii()
+    text = value if ascii_text else unicodedata.normalize("NFC", value)
     if not text:
         if required:
             raise InvalidArgument(field, "must not be empty")
@@ -45,7 +48,7 @@ def check_text(field: str, value: str, *, required: bool = False, allow_slash: b
         raise InvalidArgument(field, f"must be at most {MAX_TEXT_BYTES} bytes")
     if not allow_slash and "/" in text:
         raise InvalidArgument(field, "must not contain '/'")
-    if _has_control(text):
+    if (not text.isprintable()) if ascii_text else _has_control(text):
         raise InvalidArgument(field, "must not contain control characters")
     return text
 

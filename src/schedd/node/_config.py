@@ -43,6 +43,12 @@ class NodeConfig:
             (each partition plans with its share, or with its own measured rate if lower);
             the lead stretches ahead of a burst by its backlog at that rate.
         txn_items: most jobs in one etcd transaction (etcd's --max-txn-ops bounds it).
+        max_dispatch_backlog: while this many claimed executions wait in the node's dispatch
+            queue for a worker (none has a credit free), partitions claim nothing: due
+            entries stay durable in etcd and are claimed once the queue drains, late (the
+            job's misfire policy decides; a catch-up job's missed fires then go in one claim),
+            and the node's time goes to handing out and settling what it claimed. It bounds
+            the queue at this plus the claims in flight when it is reached (0: no bound).
         lease_timeout_ms: a dispatched execution not heartbeated this long is redelivered.
         heartbeat_interval_ms: what workers are told to heartbeat at.
         default_timeout_ms: per-attempt timeout when a job sets none.
@@ -77,6 +83,7 @@ class NodeConfig:
     claim_batch: int = 4096
     claim_rate: float = 3000.0
     txn_items: int = 128
+    max_dispatch_backlog: int = 20_000
     lease_timeout_ms: int = 15_000
     heartbeat_interval_ms: int = 3_000
     default_timeout_ms: int = 300_000

@@ -61,6 +61,16 @@ class Firer:
         self.may_act: Callable[[], bool] = _always
         self._slices = FireSlices(config.fire_slice)
 
+    def dispatch_backlogged(self) -> bool:
+        """The dispatch queue holds ``max_dispatch_backlog`` executions or more: partitions
+        claim nothing until it drains (see NodeConfig)."""
+        bound = self.config.max_dispatch_backlog
+        return (
+            bool(bound)
+            and self.dispatcher is not None
+            and (self.dispatcher.pending_count() >= bound)
+        )
+
     def prepare(self, partition: Partition, live: Live) -> int:
         """Builds the dispatch message ahead of the fire (its deadline counts from due_ms).
 

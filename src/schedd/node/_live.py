@@ -55,6 +55,10 @@ class Firing(Protocol):
         """This execution left the partition (changed in etcd): stop whatever it is doing."""
         ...
 
+    def dispatch_backlogged(self) -> bool:
+        """Claimed executions wait for workers past the node's bound: claim nothing now."""
+        ...
+
 
 class PartitionEvents(Protocol):
     """What a partition tells its node about itself."""

@@ -33,6 +33,8 @@ from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2
 
 log = logging.getLogger(__name__)
+#: How often a partition held back by the dispatch backlog looks whether it drained.
+BACKLOG_POLL_MS = 50
 
 
 class Partition:
@@ -286,8 +288,15 @@ class Partition:
         now = self.clock.now_ms()
         if now + self.config.window_ms // 2 >= self.window.end:
             await self._extend_window(now)
-        horizon = self.pacer.horizon(self.window, now)
-        batch = self.window.take(horizon, self.config.claim_batch)
+        # Backpressure: while claimed executions wait past the bound for workers, a claim
+        # would only lengthen that queue. Due entries stay durable in etcd and in the window,
+        # and are claimed once it drains (late: the job's misfire policy decides, a catch-up
+        # job's missed fires then go in one claim).
+        backlogged = self.firing.dispatch_backlogged()
+        batch: list[DueEntry] = []
+        if not backlogged:
+            horizon = self.pacer.horizon(self.window, now)
+            batch = self.window.take(horizon, self.config.claim_batch)
         if batch:
             started = self.clock.monotonic()
             async with self.lock:
@@ -297,7 +306,8 @@ class Partition:
             # A concurrent API change failed these: re-read them on the next round.
             self.doubt(failed)
             return
-        wait_ms = self.pacer.idle_wait_ms(self.window, now)
+        # Backlogged: the queue drains without waking this loop, so look again soon.
+        wait_ms = BACKLOG_POLL_MS if backlogged else self.pacer.idle_wait_ms(self.window, now)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
