@@ -21,8 +21,8 @@ above any backlog, so every fire must run, late if need be: a fire that never st
    - ``backlog_at_end``: fires due before the window's end that started after it, and
      ``drain_estimate_s`` = that backlog over the spare capacity after it (C - C/2);
    - ``recovery_s``: from the window's end until the lateness is back to normal for good: the
-     first scheduled second after which every second's p99 lateness stays within
-     max(100 ms, 2x the base load's p99 before the window); target ``recovery_s <=
+     first scheduled second after which every second's p99 lateness stays within 100 ms
+     (the sustained target); target ``recovery_s <=
      drain_estimate_s + 5`` (5 s: the claim lead and the one-second buckets).
 
 A window is given to surge jobs as a cron expression whose seconds field is a range inside one
@@ -48,6 +48,8 @@ from schedd.client import Client, build_job
 CHUNK = 2000
 #: The worker's recorder writes a start to the file at most 2 s after it (``_e2e_handlers``).
 RECORD_LAG_S = 2.5
+#: Lateness is back to normal when a second's p99 is within this (the sustained target).
+NORMAL_P99_MS = 100.0
 CATCH_UP_LIMIT = 10_000  # the most a job may ask for
 
 
@@ -223,30 +225,25 @@ def _observe(
     # (bounded by twice the drain time a backlog of all the surplus would take, plus a minute).
     surplus = max(0.0, res.n - cap_per_s) * length
     limit_s = 60 + 2 * (surplus / spare if spare > 0 else 60)
-    normal_ms = None
     recovered_at = None
     while time.time() < end + limit_s:
         time.sleep(2.0)
         first, _ = _first_starts(log)
         by_sec = _p99_by_second(first)
-        if normal_ms is None:
-            before = [v for s, v in by_sec.items() if first_base_s <= s < t - 1]
-            normal_ms = max(100.0, 2 * max(before)) if before else 100.0
-        recovered_at = _recovered_from(by_sec, end, normal_ms)
+        recovered_at = _recovered_from(by_sec, end, NORMAL_P99_MS)
         if recovered_at is not None and time.time() > recovered_at + 11 + 2:
             break
     stop_s = math.floor(time.time()) - 3  # fires due up to here must have started
     time.sleep(1.0)
     first, dup = _first_starts(log)
     by_sec = _p99_by_second(first)
-    recovered_at = _recovered_from(by_sec, end, normal_ms or 100.0)
+    recovered_at = _recovered_from(by_sec, end, NORMAL_P99_MS)
     # The backlog the window left: fires due before its end that started after it.
     end_ns = end * 1_000_000_000
     backlog = sum(1 for due, ns in first.values() if due < end * 1000 and ns >= end_ns)
     res.extra["backlog_at_end"] = backlog
     drain = round(backlog / spare, 1) if spare > 0 else None
     res.extra["drain_estimate_s"] = drain
-    res.extra["normal_p99_ms"] = normal_ms
     res.extra["recovery_s"] = None if recovered_at is None else recovered_at - end
     res.extra["recovered_within_drain"] = bool(
         recovered_at is not None and drain is not None and recovered_at - end <= drain + 5
@@ -256,7 +253,11 @@ def _observe(
     res.lost = expected - counted
     res.extra["expected"] = expected
     res.extra["dup"] = dup
-    res.extra["missed"] = len(client.list_executions(states=["MISSED"], limit=100_000))
+    try:
+        res.extra["missed"] = len(client.list_executions(states=["MISSED"], limit=100_000))
+    except Exception as exc:  # the listing is not what is measured: say why it is missing
+        res.extra["missed"] = None
+        res.extra["missed_error"] = f"{type(exc).__name__}: {exc}"[:300]
     late = sorted(ns / 1e6 - due for eid, (due, ns) in first.items() if t <= _sched_s(eid) < stop_s)
     if late:
         res.p50_ms = round(percentile(late, 50), 1)

@@ -97,6 +97,14 @@ def main(log_level: str) -> None:
     help="how often workers are told to heartbeat running executions",
 )
 @click.option(
+    "--max-dispatch-backlog",
+    envvar="SCHEDD_MAX_DISPATCH_BACKLOG",
+    default=20_000,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    help="claimed executions waiting for a worker past which the node claims nothing (0: no bound)",
+)
+@click.option(
     "--history-ttl-s",
     envvar="SCHEDD_HISTORY_TTL_S",
     default=7 * 86_400,
@@ -154,6 +162,7 @@ def node(
     max_clock_skew_ms: int,
     lease_timeout_ms: int,
     heartbeat_interval_ms: int,
+    max_dispatch_backlog: int,
     history_ttl_s: int,
     history_prune_interval_s: float,
     peer_timeout_ms: int,
@@ -202,6 +211,7 @@ def node(
         max_clock_skew_ms=max_clock_skew_ms,
         lease_timeout_ms=lease_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms,
+        max_dispatch_backlog=max_dispatch_backlog,
         history_ttl_ms=history_ttl_s * 1000,
         history_prune_interval_s=history_prune_interval_s,
         peer_timeout_ms=peer_timeout_ms,

@@ -134,7 +134,9 @@ def _unavailable(exc: BaseException, what: str) -> SchedError:
         return TxnRejected(f"etcd {what} rejected: {details}")
     if "required revision has been compacted" in details:
         return RevisionCompacted(f"etcd {what} failed: {details}")
-    return Unavailable(f"etcd {what} failed: {exc}")
+    if isinstance(exc, TimeoutError):  # its text is empty
+        return Unavailable(f"etcd {what} failed: no answer within the call's deadline")
+    return Unavailable(f"etcd {what} failed: {str(exc) or type(exc).__name__}")
 
 
 class EtcdTxnResult:
