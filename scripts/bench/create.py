@@ -127,6 +127,8 @@ def main() -> int:
     )
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="10k jobs")
+    ap.add_argument("--chunk", type=int, default=None, help="api: jobs per call (client default)")
+    ap.add_argument("--in-flight", type=int, default=None, help="api: calls at once (default)")
     args = ap.parse_args()
     n = 10_000 if args.quick else args.jobs
     children = Children()
@@ -149,7 +151,7 @@ def main() -> int:
             pids = {"node": node.pid, "etcd": etcd.proc.pid}
             ways = (
                 ("etcd_ceiling", lambda: asyncio.run(ceiling(etcd.endpoint, n))),
-                ("api", lambda: api(address, "api", n, None, None)),
+                ("api", lambda: api(address, "api", n, args.chunk, args.in_flight)),
                 ("api_one_call_at_a_time", lambda: api(address, "seq", n, 2000, 1)),
             )
             for name, way in ways:

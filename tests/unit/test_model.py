@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -107,6 +108,12 @@ def test_new_job_id_shape() -> None:
     for job_id in ids:
         assert job_id.startswith("j-") and len(job_id) == 22
         assert job_id[2:].isalnum() and job_id == job_id.lower()
+
+
+def test_new_job_ids_stay_fresh_and_base32_across_their_blocks() -> None:
+    ids = [new_job_id() for _ in range(3 * 256 + 7)]  # ids are encoded 256 at a time
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"j-[a-z2-7]{20}", i) for i in ids)
 
 
 @pytest.mark.parametrize(

@@ -70,3 +70,29 @@ async def test_claim_is_fenced_by_the_owner_key_epoch() -> None:
     ok, rev = await fresh.apply([fresh.drop_due(entry)])
     assert ok == [True] and rev == kv.revision
     assert await kv.get(keys.due_key(0, entry.due_ms, "j1")) is None
+
+
+async def test_a_big_create_goes_in_concurrent_transactions_and_keeps_its_order() -> None:
+    kv, keys = MemoryKV(clock=ManualClock(NOW)), Keys(b"/t/")
+    jobs = JobStore(kv, keys, partitions=4, batch=3)
+    batch = [_job(f"j{i}") for i in range(11)]
+    batch.insert(5, _job("j2"))  # already in the call: its second create fails alone
+    out = await jobs.create_jobs(batch, NOW)
+    assert [o[0].id if isinstance(o, tuple) else "error" for o in out] == [
+        "j0", "j1", "j2", "j3", "j4", "error", "j5", "j6", "j7", "j8", "j9", "j10"
+    ]  # fmt: skip
+    assert all(o[1] for o in out if isinstance(o, tuple))
+    listed, _ = await jobs.list_jobs(page_size=100)
+    assert len(listed) == 11
+
+
+async def test_a_repeated_idempotency_key_in_one_create_is_won_by_the_first_job() -> None:
+    kv, keys = MemoryKV(clock=ManualClock(NOW)), Keys(b"/t/")
+    jobs = JobStore(kv, keys, partitions=4, batch=2)
+    batch = [_job(f"j{i}") for i in range(6)]
+    for n in (1, 4):
+        batch[n].idempotency_key = "once"
+    out = await jobs.create_jobs(batch, NOW)
+    first, later = out[1], out[4]
+    assert isinstance(first, tuple) and first[0].id == "j1" and first[1]
+    assert isinstance(later, tuple) and later[0].id == "j1" and not later[1]

@@ -190,10 +190,15 @@ def _check_retry(retry: job_pb2.RetryPolicy) -> None:
         raise InvalidArgument("job.retry.multiplier", "must be between 1 and 100 (0 for 2)")
 
 
+#: The enums' known values (``EnumTypeWrapper.values()`` builds a list on every call).
+_MISFIRE_MODES = frozenset(job_pb2.MisfireMode.values())
+_OVERLAP_POLICIES = frozenset(job_pb2.OverlapPolicy.values())
+
+
 def _check_misfire(misfire: job_pb2.MisfirePolicy) -> None:
     if misfire.mode == job_pb2.MISFIRE_MODE_UNSPECIFIED:
         misfire.mode = job_pb2.MISFIRE_ONCE
-    if misfire.mode not in job_pb2.MisfireMode.values():
+    if misfire.mode not in _MISFIRE_MODES:
         raise InvalidArgument("job.misfire.mode", f"unknown misfire mode {misfire.mode}")
     limit = check_non_negative("job.misfire.catch_up_limit", misfire.catch_up_limit)
     if limit > MAX_CATCH_UP_LIMIT:
@@ -205,7 +210,7 @@ def _check_misfire(misfire: job_pb2.MisfirePolicy) -> None:
 def _check_overlap(job: job_pb2.Job) -> None:
     if job.overlap == job_pb2.OVERLAP_POLICY_UNSPECIFIED:
         job.overlap = job_pb2.OVERLAP_ALLOW
-    if job.overlap not in job_pb2.OverlapPolicy.values():
+    if job.overlap not in _OVERLAP_POLICIES:
         raise InvalidArgument("job.overlap", f"unknown overlap policy {job.overlap}")
 
 

@@ -7,6 +7,7 @@ API changes, never for their own claims) and re-read the named jobs.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
 from schedd._errors import (
@@ -59,6 +60,16 @@ def first_state(job: job_pb2.Job, after_ms: int, schedule: Schedule | None = Non
     return JobState(nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms), nxt, 0)
 
 
+#: Create transactions of one call in flight at once.
+CREATE_TXNS_IN_FLIGHT = 4
+
+
+def _needs_order(jobs: Sequence[job_pb2.Job]) -> bool:
+    """Two jobs of the call share an id or an idempotency key: the first must win."""
+    keys = [(j.tenant, j.idempotency_key) for j in jobs if j.idempotency_key]
+    return len(keys) != len(set(keys)) or len({j.id for j in jobs}) != len(jobs)
+
+
 def _notify(
     ops: OpBuilder,
     keys: Keys,
@@ -102,12 +113,32 @@ class JobStore:
         Idempotent: a job whose (tenant, idempotency key) exists returns the existing job with
         ``created=False`` when the spec is the same, and ALREADY_EXISTS when it differs.
         """
-        out: list[tuple[job_pb2.Job, bool] | SchedError] = []
         parsed: Sequence[Schedule | None] = schedules or [None] * len(jobs)
-        for i in range(0, len(jobs), self.batch):
-            end = i + self.batch
-            out += await self._create_chunk(jobs[i:end], parsed[i:end], now_ms)
-        return out
+        starts = range(0, len(jobs), self.batch)
+        if len(starts) <= 1 or _needs_order(jobs):
+            # One transaction at a time when two jobs of the call share an id or an
+            # idempotency key: the first one's create must win, as the caller ordered them.
+            out: list[tuple[job_pb2.Job, bool] | SchedError] = []
+            for i in starts:
+                out += await self._create_chunk(
+                    jobs[i : i + self.batch], parsed[i : i + self.batch], now_ms
+                )
+            return out
+        # Several transactions in flight: etcd commits them in one raft round where it can.
+        gate = asyncio.Semaphore(CREATE_TXNS_IN_FLIGHT)
+
+        async def chunk(i: int) -> list[tuple[job_pb2.Job, bool] | SchedError]:
+            async with gate:
+                end = i + self.batch
+                return await self._create_chunk(jobs[i:end], parsed[i:end], now_ms)
+
+        # Every transaction ends before an error goes on (none is left running unobserved);
+        # as one at a time, the ones that succeeded have created their jobs.
+        parts = await asyncio.gather(*(chunk(i) for i in starts), return_exceptions=True)
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
+        return [item for part in parts if not isinstance(part, BaseException) for item in part]
 
     async def _create_chunk(
         self, jobs: Sequence[job_pb2.Job], schedules: Sequence[Schedule | None], now_ms: int
