@@ -32,6 +32,8 @@ PARTITIONS = 16
 NODE_ID = "bench"
 #: The node's and the worker's log level (``SCHEDD_BENCH_LOG=debug`` to follow an execution).
 LOG_LEVEL = os.environ.get("SCHEDD_BENCH_LOG", "warning")
+#: Extra ``schedd node`` flags for a tuning experiment (``SCHEDD_BENCH_NODE_ARGS``).
+NODE_ARGS = os.environ.get("SCHEDD_BENCH_NODE_ARGS", "").split()
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -170,7 +172,7 @@ class Cluster:
         self.node = self.children.spawn(
             [*SCHEDD, "--log-level", LOG_LEVEL, "node", "--etcd", self.etcd.endpoint,
              "--listen", self.address, "--node-id", NODE_ID, "--data-dir", str(self.root / "node"),
-             "--partitions", str(PARTITIONS)],
+             "--partitions", str(PARTITIONS), *NODE_ARGS],
             self.root / "node.log",
         )  # fmt: skip
         env = dict(os.environ, E2E_RECORD=str(self.record), E2E_JITTER_MS=str(self.jitter_ms))

@@ -6,11 +6,13 @@ above any backlog, so every fire must run, late if need be: a fire that never st
 
 1. **capacity** (``overload`` runs it first unless ``--capacity-rate`` gives it): ``probe`` jobs
    (20k; 10k with ``--quick``), far beyond what two cores carry, fire every second of a 40 s
-   window (20 s quick); capacity C is the executions started per second over its second half.
+   window (20 s quick); the probe's throughput is the starts per second over its second half.
    The jobs exist a few seconds before the window, so the node claims some of the first
    seconds ahead (that stock is what a herd created in advance gets); by the second half the
-   stock is gone and C is what claiming, firing and settling sustain together (``saturated``
-   false: the probe offered too little, C is a floor).
+   stock is gone and the figure is what claiming, firing and settling sustain together under
+   saturation (``saturated`` false: the probe offered too little). C is that, or the highest
+   sustained rate that held (p99 <= 100 ms, none lost) earlier in the same run if higher:
+   ``saturated_over_sustained`` < 1 says the cluster does less saturated than at its rate.
 2. **overload x k** (k = 1.5 and 3): C/2 *base* jobs fire every second for the whole run, and
    k*C - C/2 *surge* jobs fire every second of a 30 s window [T, T + 30 s), so the offered load
    is k*C during the window and C/2 after it. Measured:

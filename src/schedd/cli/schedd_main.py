@@ -97,6 +97,14 @@ def main(log_level: str) -> None:
     help="how often workers are told to heartbeat running executions",
 )
 @click.option(
+    "--max-write-txns",
+    envvar="SCHEDD_MAX_WRITE_TXNS",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0, 1024),
+    help="fenced write transactions the node has in flight to etcd at once (0: no bound)",
+)
+@click.option(
     "--max-dispatch-backlog",
     envvar="SCHEDD_MAX_DISPATCH_BACKLOG",
     default=20_000,
@@ -162,6 +170,7 @@ def node(
     max_clock_skew_ms: int,
     lease_timeout_ms: int,
     heartbeat_interval_ms: int,
+    max_write_txns: int,
     max_dispatch_backlog: int,
     history_ttl_s: int,
     history_prune_interval_s: float,
@@ -211,6 +220,7 @@ def node(
         max_clock_skew_ms=max_clock_skew_ms,
         lease_timeout_ms=lease_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms,
+        max_write_txns=max_write_txns,
         max_dispatch_backlog=max_dispatch_backlog,
         history_ttl_ms=history_ttl_s * 1000,
         history_prune_interval_s=history_prune_interval_s,

@@ -43,6 +43,12 @@ class NodeConfig:
             (each partition plans with its share, or with its own measured rate if lower);
             the lead stretches ahead of a burst by its backlog at that rate.
         txn_items: most jobs in one etcd transaction (etcd's --max-txn-ops bounds it).
+        max_write_txns: fenced write transactions (claims, results, redeliveries) the node's
+            partitions have in flight to etcd at once. Past a few, more in flight only queue
+            inside etcd, and etcd 3.4 answers a lease keep-alive only once it has applied
+            what it committed: an unbounded queue there delays the node's own keep-alives
+            past its fencing instant, and it drops every partition under load. Waiting here
+            instead lets the next claim and settle rounds take larger batches (0: no bound).
         max_dispatch_backlog: while this many claimed executions wait in the node's dispatch
             queue for a worker (none has a credit free), partitions claim nothing: due
             entries stay durable in etcd and are claimed once the queue drains, late (the
@@ -83,6 +89,7 @@ class NodeConfig:
     claim_batch: int = 4096
     claim_rate: float = 3000.0
     txn_items: int = 128
+    max_write_txns: int = 4
     max_dispatch_backlog: int = 20_000
     lease_timeout_ms: int = 15_000
     heartbeat_interval_ms: int = 3_000

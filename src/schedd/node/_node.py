@@ -104,6 +104,9 @@ class Node:
         self.started_ms = self.clock.now_ms()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        # The partitions' fenced writes in flight to etcd at once (NodeConfig.max_write_txns).
+        limit = config.max_write_txns
+        self._write_gate = asyncio.Semaphore(limit) if limit > 0 else None
         self._ownership: PartitionOwnership | None = None
         self._membership: Membership | None = None
         self._session: Session | None = None
@@ -288,7 +291,13 @@ class Node:
         return self.dispatcher.worker_ids() if self.dispatcher is not None else set()
 
     async def _acquired(self, fence: Fence) -> None:
-        store = PartitionStore(self.kv, self.keys, fence, max_items=self.config.txn_items)
+        store = PartitionStore(
+            self.kv,
+            self.keys,
+            fence,
+            max_items=self.config.txn_items,
+            write_gate=self._write_gate,
+        )
         part = Partition(
             store, self.config, self.clock, self.history, self.firer, self, recorder=self.recorder
         )

@@ -9,6 +9,7 @@ to one job fails only that job's nested compare.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NewType
@@ -46,8 +47,19 @@ class JobView:
 class PartitionStore:
     """Reads and fenced writes of one owned partition."""
 
-    def __init__(self, kv: KV, keys: Keys, fence: Fence, *, max_items: int = 128) -> None:
+    def __init__(
+        self,
+        kv: KV,
+        keys: Keys,
+        fence: Fence,
+        *,
+        max_items: int = 128,
+        write_gate: asyncio.Semaphore | None = None,
+    ) -> None:
         self.kv = kv
+        #: Shared by a node's partitions: the fenced write transactions it has in flight at
+        #: once (None: no bound). See NodeConfig.max_write_txns.
+        self.write_gate = write_gate
         self.keys = keys
         self.fence = fence
         self.partition = fence.partition
@@ -172,9 +184,14 @@ class PartitionStore:
         outcomes: list[bool] = []
         revision = 0
         fence = [self.fence.compare(self.kv.ops)]
+        gate = self.write_gate
         for i in range(0, len(items), self.max_items):
             chunk = items[i : i + self.max_items]
-            resp = await self.kv.txn(fence, chunk)
+            if gate is None:
+                resp = await self.kv.txn(fence, chunk)
+            else:
+                async with gate:
+                    resp = await self.kv.txn(fence, chunk)
             if not resp.succeeded:
                 raise FencedOut(self.partition, self.fence.epoch)
             revision = resp.revision
