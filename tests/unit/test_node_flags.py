@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from schedd.cli.schedd_main import main
 
 
-def test_a_negative_dispatch_backlog_is_refused_naming_the_flag() -> None:
-    result = CliRunner().invoke(main, ["node", "--max-dispatch-backlog", "-1"])
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--max-dispatch-backlog", "-1"), ("--max-write-txns", "-2")]
+)
+def test_a_negative_bound_is_refused_naming_the_flag(flag: str, value: str) -> None:
+    result = CliRunner().invoke(main, ["node", flag, value])
     assert result.exit_code == 2
-    assert "--max-dispatch-backlog" in result.output
-    assert "--max-write-txns" in result.output
-
-
-def test_a_negative_write_bound_is_refused_naming_the_flag() -> None:
-    result = CliRunner().invoke(main, ["node", "--max-write-txns", "-2"])
-    assert result.exit_code == 2
-    assert "--max-write-txns" in result.output
+    assert flag in result.output
     assert "Traceback" not in result.output
 
 
-def test_the_dispatch_backlog_flag_is_documented_in_help() -> None:
+def test_the_bounds_are_documented_in_help() -> None:
     result = CliRunner().invoke(main, ["node", "--help"])
     assert result.exit_code == 0
     assert "--max-dispatch-backlog" in result.output
+    assert "--max-write-txns" in result.output
