@@ -3,6 +3,8 @@ transactions hold etcd's rules (one write per key per txn, fencing) without an e
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from schedd._clock import ManualClock
@@ -96,3 +98,37 @@ async def test_a_repeated_idempotency_key_in_one_create_is_won_by_the_first_job(
     first, later = out[1], out[4]
     assert isinstance(first, tuple) and first[0].id == "j1" and first[1]
     assert isinstance(later, tuple) and later[0].id == "j1" and not later[1]
+
+
+async def test_a_nodes_fenced_writes_in_flight_are_bounded_by_its_gate() -> None:
+    kv, keys = MemoryKV(clock=ManualClock(NOW)), Keys(b"/t/")
+    owner = keys.owner_key(0)
+    epoch = await kv.put(owner, b"node-a")
+    in_flight = peak = 0
+    real_txn = kv.txn
+
+    async def slow_txn(*args: object, **kwargs: object) -> object:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await real_txn(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            in_flight -= 1
+
+    kv.txn = slow_txn  # type: ignore[method-assign]
+    gate = asyncio.Semaphore(2)
+    stores = [
+        PartitionStore(kv, keys, Fence(0, owner, epoch), max_items=2, write_gate=gate)
+        for _ in range(3)
+    ]
+    o = kv.ops
+
+    def items(n: int, tag: str) -> list[object]:
+        return [o.txn([], [o.put(f"/t/x/{tag}{i}".encode(), b"v")]) for i in range(n)]
+
+    results = await asyncio.gather(*(s.apply(items(5, f"s{n}")) for n, s in enumerate(stores)))
+    assert all(all(ok) and len(ok) == 5 for ok, _ in results)
+    assert peak == 2  # 9 transactions (3 stores x 3 chunks), never more than 2 at once
+    assert await kv.count(b"/t/x/", prefix_end(b"/t/x/")) == 15
