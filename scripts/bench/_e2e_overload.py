@@ -10,9 +10,11 @@ above any backlog, so every fire must run, late if need be: a fire that never st
    The jobs exist a few seconds before the window, so the node claims some of the first
    seconds ahead (that stock is what a herd created in advance gets); by the second half the
    stock is gone and the figure is what claiming, firing and settling sustain together under
-   saturation (``saturated`` false: the probe offered too little). C is that, or the highest
-   sustained rate that held (p99 <= 100 ms, none lost) earlier in the same run if higher:
-   ``saturated_over_sustained`` < 1 says the cluster does less saturated than at its rate.
+   saturation (``saturated`` false: the probe offered too little). C is the highest sustained
+   rate that held (p99 <= 100 ms, none lost) earlier in the same run, or that throughput
+   without a sustained ladder (it claims far ahead and batches, so it overstates what holds
+   on time); ``saturated_over_sustained`` < 1 says the cluster does less saturated than at
+   the rate it holds.
 2. **overload x k** (k = 1.5 and 3): C/2 *base* jobs fire every second for the whole run, and
    k*C - C/2 *surge* jobs fire every second of a 30 s window [T, T + 30 s), so the offered load
    is k*C during the window and C/2 after it. Measured:
