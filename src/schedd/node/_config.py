@@ -45,10 +45,10 @@ class NodeConfig:
         txn_items: most jobs in one etcd transaction (etcd's --max-txn-ops bounds it).
         max_write_txns: fenced write transactions (claims, results, redeliveries) the node's
             partitions have in flight to etcd at once. Past a few, more in flight only queue
-            inside etcd, and etcd 3.4 answers a lease keep-alive only once it has applied
-            what it committed: an unbounded queue there delays the node's own keep-alives
-            past its fencing instant, and it drops every partition under load. Waiting here
-            instead lets the next claim and settle rounds take larger batches (0: no bound).
+            inside etcd, where under load they delayed the node's own lease keep-alives past
+            its fencing instant, and it dropped every partition (measured: docs/performance
+            .md). Waiting here instead lets the next claim and settle rounds take larger
+            batches (0: no bound).
         max_dispatch_backlog: while this many claimed executions wait in the node's dispatch
             queue for a worker (none has a credit free), partitions claim nothing: due
             entries stay durable in etcd and are claimed once the queue drains, late (the
