@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from _e2e_cluster import Children, Cluster, StartLog, cpu_cost
-from _e2e_common import Result, Workload, percentile, say
+from _e2e_common import Result, Workload, lateness_stats, percentile, say
 
 from schedd.client import Client, build_job
 
@@ -111,6 +111,21 @@ def _first_starts(log: StartLog) -> tuple[dict[str, tuple[int, int]], int]:
     return first, dup
 
 
+def _measure(
+    cluster: Cluster, from_s: float, to_s: float
+) -> tuple[dict[str, float], dict[str, float], StartLog, dict[str, tuple[int, int]], int]:
+    """CPU readings at ``from_s`` and ``to_s`` (wall seconds), then, once the recorder has
+    written them, the first starts so far and how many of them fell between the readings."""
+    _sleep_until(from_s)
+    c0 = cluster.cpu()
+    _sleep_until(to_s)
+    c1 = cluster.cpu()
+    time.sleep(RECORD_LAG_S)
+    log = StartLog(cluster.record)
+    first, _ = _first_starts(log)
+    return c0, c1, log, first, _started_between(first.values(), c0["_epoch_ns"], c1["_epoch_ns"])
+
+
 def _started_between(starts: Iterable[tuple[int, int]], a_ns: int, b_ns: int) -> int:
     return sum(1 for _due, ns in starts if a_ns <= ns < b_ns)
 
@@ -131,24 +146,13 @@ def measure_capacity(
             res.extra["create_per_s"] = round(w.n / took)
             say(f"  schedd {w.name}: {w.n} jobs offer {w.n}/s for {length}s from "
                 f"T+{t - time.time():.1f}s")  # fmt: skip
-            _sleep_until(t + length // 2)
-            c0 = cluster.cpu()
-            _sleep_until(t + length)
-            c1 = cluster.cpu()
-            time.sleep(RECORD_LAG_S)
-            log = StartLog(cluster.record)
-            first, _dup = _first_starts(log)
-            started = _started_between(first.values(), c0["_epoch_ns"], c1["_epoch_ns"])
+            c0, c1, _log, first, started = _measure(cluster, t + length // 2, t + length)
             seconds = (c1["_epoch_ns"] - c0["_epoch_ns"]) / 1e9
             res.fires_per_s = round(started / seconds, 1)
             # Not saturated: the capacity is at least this (the probe offered too little).
             res.extra["saturated"] = res.fires_per_s < 0.95 * w.n
             res.extra.update(cpu_cost(c0, c1, started))
-            late = sorted(ns / 1e6 - due for due, ns in first.values())
-            if late:
-                res.p50_ms = round(percentile(late, 50), 1)
-                res.p99_ms = round(percentile(late, 99), 1)
-                res.max_ms = round(late[-1], 1)
+            res.__dict__.update(lateness_stats(ns / 1e6 - due for due, ns in first.values()))
     except Exception as exc:
         res.error = f"{type(exc).__name__}: {exc}"[:500]
         res.extra["node_log_tail"] = cluster.log_tail("node", 600)
@@ -212,14 +216,7 @@ def _observe(
 ) -> None:
     length = w.duration_s
     end = t + length
-    _sleep_until(t)
-    c0 = cluster.cpu()
-    _sleep_until(end)
-    c1 = cluster.cpu()
-    time.sleep(RECORD_LAG_S)
-    log = StartLog(cluster.record)
-    first, _ = _first_starts(log)
-    started = _started_between(first.values(), c0["_epoch_ns"], c1["_epoch_ns"])
+    c0, c1, log, first, started = _measure(cluster, t, end)
     seconds = (c1["_epoch_ns"] - c0["_epoch_ns"]) / 1e9
     res.extra["throughput_during"] = round(started / seconds, 1)
     res.extra["throughput_over_capacity"] = round(started / seconds / cap_per_s, 3)
@@ -262,11 +259,11 @@ def _observe(
     except Exception as exc:  # the listing is not what is measured: say why it is missing
         res.extra["missed"] = None
         res.extra["missed_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    late = sorted(ns / 1e6 - due for eid, (due, ns) in first.items() if t <= _sched_s(eid) < stop_s)
-    if late:
-        res.p50_ms = round(percentile(late, 50), 1)
-        res.p99_ms = round(percentile(late, 99), 1)
-        res.max_ms = round(late[-1], 1)
+    res.__dict__.update(
+        lateness_stats(
+            ns / 1e6 - due for eid, (due, ns) in first.items() if t <= _sched_s(eid) < stop_s
+        )
+    )
     res.fires_per_s = res.extra["throughput_during"]
 
 
