@@ -10,6 +10,7 @@ to one job fails only that job's nested compare.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NewType
@@ -57,9 +58,11 @@ class PartitionStore:
         write_gate: asyncio.Semaphore | None = None,
     ) -> None:
         self.kv = kv
-        #: Shared by a node's partitions: the fenced write transactions it has in flight at
-        #: once (None: no bound). See NodeConfig.max_write_txns.
-        self.write_gate = write_gate
+        # Shared by a node's partitions: the fenced write transactions it has in flight at
+        # once (None: no bound). See NodeConfig.max_write_txns.
+        self._write_gate: contextlib.AbstractAsyncContextManager[object] = (
+            write_gate if write_gate is not None else contextlib.nullcontext()
+        )
         self.keys = keys
         self.fence = fence
         self.partition = fence.partition
@@ -184,14 +187,10 @@ class PartitionStore:
         outcomes: list[bool] = []
         revision = 0
         fence = [self.fence.compare(self.kv.ops)]
-        gate = self.write_gate
         for i in range(0, len(items), self.max_items):
             chunk = items[i : i + self.max_items]
-            if gate is None:
+            async with self._write_gate:
                 resp = await self.kv.txn(fence, chunk)
-            else:
-                async with gate:
-                    resp = await self.kv.txn(fence, chunk)
             if not resp.succeeded:
                 raise FencedOut(self.partition, self.fence.epoch)
             revision = resp.revision
