@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 _FAILED = (worker_pb2.OUTCOME_FAILED, worker_pb2.OUTCOME_TIMED_OUT)
 _ENDED = frozenset({worker_pb2.OUTCOME_SUCCEEDED, worker_pb2.OUTCOME_FAILED_PERMANENT, *_FAILED})
 _NOT_OWNED = "this node does not own the partition"
+#: The most of a failed attempt's output kept with the execution (its run key while it waits
+#: to be retried, its dead letter): a settle transaction of 128 items must stay well under
+#: etcd's request limit (1.5 MiB). Longer output is dropped there; the error text stays.
+FAILED_OUTPUT_KEPT = 8 * 1024
 
 
 @dataclass(slots=True)
@@ -250,6 +254,8 @@ class Settler:
             multiplier=retry.multiplier or 2.0,
             rng=self.rng,
         )
+        if r.retry_after_ms > delay:  # the target's own word (Retry-After), within max backoff
+            delay = min(r.retry_after_ms, max(delay, retry.max_backoff_ms or 300_000))
         ex.state = execution_pb2.EXECUTION_RETRY_WAIT
         ex.attempt += 1
         ex.due_ms = now + max(1, delay)
@@ -365,6 +371,8 @@ def _finish(ex: execution_pb2.Execution, r: worker_pb2.Result, now: int) -> None
     ex.finished_ms = r.finished_ms or now
     ex.started_ms = r.started_ms or ex.started_ms
     ex.error = r.error
+    # A failed attempt's output too (an HTTP answer, a shell's stderr); never an older one's.
+    ex.result = r.output if len(r.output) <= FAILED_OUTPUT_KEPT else b""
 
 
 def _copy(ex: execution_pb2.Execution) -> execution_pb2.Execution:

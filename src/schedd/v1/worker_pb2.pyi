@@ -175,6 +175,7 @@ class Result(_message.Message):
     STARTED_MS_FIELD_NUMBER: _builtins.int
     FINISHED_MS_FIELD_NUMBER: _builtins.int
     FROM_LEDGER_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_MS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     fencing_token: _builtins.int
     attempt: _builtins.int
@@ -185,6 +186,11 @@ class Result(_message.Message):
     finished_ms: _builtins.int
     from_ledger: _builtins.bool
     """True when the worker answered from its ledger without running the handler again."""
+    retry_after_ms: _builtins.int
+    """A failed attempt's hint (an HTTP target's Retry-After, an open circuit breaker): retry no
+    sooner than this many ms from now. The node waits max(backoff, this), at most the job's
+    max backoff. 0: no hint.
+    """
     def __init__(
         self,
         *,
@@ -197,10 +203,11 @@ class Result(_message.Message):
         started_ms: _builtins.int = ...,
         finished_ms: _builtins.int = ...,
         from_ledger: _builtins.bool = ...,
+        retry_after_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "finished_ms", b"finished_ms", "from_ledger", b"from_ledger", "outcome", b"outcome", "output", b"output", "started_ms", b"started_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "finished_ms", b"finished_ms", "from_ledger", b"from_ledger", "outcome", b"outcome", "output", b"output", "retry_after_ms", b"retry_after_ms", "started_ms", b"started_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -389,6 +389,8 @@ class Attempts:
             if outcome.output:
                 result.output = outcome.output
             conn.result_bytes(len(outcome.output) + len(outcome.error))
+        if outcome.retry_after_ms:
+            result.retry_after_ms = outcome.retry_after_ms
         result.started_ms = started = ex.started_ms
         result.finished_ms = finished = self._clock.now_ms()
         self._recorder.execution_finished(outcome.code, (finished - started) / 1000.0)

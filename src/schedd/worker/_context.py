@@ -120,6 +120,17 @@ class Context:
         return self._dispatch.fencing_token
 
     @property
+    def raw_payload(self) -> bytes:
+        """The payload as the node sent it (an execution's override, else the job's)."""
+        return self._dispatch.payload
+
+    @property
+    def target(self) -> bytes:
+        """An http or shell job's target: a serialized ``schedd.v1.Job`` with only its
+        ``http`` or ``shell`` set (empty for handler jobs)."""
+        return self._dispatch.target
+
+    @property
     def deadline_ms(self) -> int:
         """When the attempt is cancelled as TIMED_OUT (UTC ms; 0: no deadline)."""
         return self._dispatch.deadline_ms

@@ -38,11 +38,15 @@ EXECUTOR_KINDS: Final = ("http", "shell")
 
 @dataclass(slots=True)
 class Outcome:
-    """How an attempt ended: a ``worker_pb2.Outcome`` code, its output and error text."""
+    """How an attempt ended: a ``worker_pb2.Outcome`` code, its output and error text.
+
+    ``retry_after_ms`` (failed attempts): retry no sooner than this (``Result.retry_after_ms``).
+    """
 
     code: int
     output: bytes = b""
     error: str = ""
+    retry_after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,9 @@ class Executor(Protocol):
           worker then sends no Started), else a future still running the work.
         * The future's result is settled like a handler's return: a value is SUCCEEDED with
           its JSON encoding (bytes as they are) as output, :class:`PermanentError` is
-          FAILED_PERMANENT, any other exception FAILED, a cancelled future CANCELLED.
+          FAILED_PERMANENT, any other exception FAILED, a cancelled future CANCELLED; an
+          :class:`Outcome` as the result is taken as it is (an executor that decides the
+          code, the output and a retry hint itself).
         * Cancellation and timeout reach the work through the future and ``ctx``: on a Cancel
           from the node, a newer attempt, a shutdown or the deadline the worker calls
           ``future.cancel()`` (``ctx.cancelled`` and ``ctx.wait_cancelled()`` say so too) and
@@ -102,7 +108,10 @@ def settle(task: asyncio.Future[Any]) -> Outcome:
         return Outcome(worker_pb2.OUTCOME_FAILED_PERMANENT, error=error_text(exc))
     if exc is not None:
         return Outcome(worker_pb2.OUTCOME_FAILED, error=error_text(exc))
-    return succeeded(task.result())
+    value = task.result()
+    if isinstance(value, Outcome):
+        return value
+    return succeeded(value)
 
 
 def target_kind(target: bytes) -> str:

@@ -280,8 +280,20 @@ class Worker:
             await self._stop_discovery()
             await self._attempts.drain(grace, self.config.cancel_timeout_s)
             await asyncio.gather(*(c.stop(graceful=True) for c in self._all_conns()))
+            await self._close_executors()
         finally:
             self._shut_down()
+
+    async def _close_executors(self) -> None:
+        """Executors that hold resources (the HTTP executor's connection pool) may define
+        ``async aclose()``; it is awaited once the attempts are drained."""
+        for executor in self._kinds.values():
+            aclose = getattr(executor, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:
+                    log.exception("closing the %s executor failed", type(executor).__name__)
 
     def run_sync(self) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully."""
