@@ -63,13 +63,46 @@ def job_group() -> None:
     """Create and manage jobs."""
 
 
-def _target_kwargs(handler: str | None, http: str | None, shell: str | None) -> dict[str, Any]:
+def _pairs(values: tuple[str, ...], sep: str, flag: str) -> dict[str, str]:
+    """``K<sep>V`` values of a repeatable flag as a dict (the key stripped, and for headers
+    the value too)."""
+    out: dict[str, str] = {}
+    for value in values:
+        key, found, rest = value.partition(sep)
+        if not found or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY{sep}VALUE", param_hint=flag)
+        out[key.strip()] = rest.strip() if sep == ":" else rest
+    return out
+
+
+def _target_kwargs(
+    handler: str | None, http: str | None, shell: str | None, opts: dict[str, Any]
+) -> dict[str, Any]:
+    if sum(t is not None for t in (handler, http, shell)) > 1:
+        raise click.UsageError("give only one of --handler, --http or --shell")
+    method, headers = opts.pop("method"), opts.pop("headers")
+    codes, cwd, env = opts.pop("success_codes"), opts.pop("cwd"), opts.pop("env")
+    if http is None and (method or headers or codes):
+        raise click.UsageError("--method, --header and --success-code need --http")
+    if shell is None and (cwd or env):
+        raise click.UsageError("--cwd and --env need --shell")
     if shell is not None:
         try:
-            return {"shell": shlex.split(shell)}
+            argv = shlex.split(shell)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--shell") from exc
-    return {"handler": handler, "http": http}
+        target = job_pb2.ShellTarget(argv=argv, cwd=cwd or "", env=_pairs(env, "=", "--env"))
+        return {"shell": target}
+    if http is not None:
+        return {
+            "http": job_pb2.HttpTarget(
+                url=http,
+                method=method or "",
+                headers=_pairs(headers, ":", "--header"),
+                success_codes=codes,
+            )
+        }
+    return {"handler": handler}
 
 
 @job_group.command("create")
@@ -79,8 +112,21 @@ def _target_kwargs(handler: str | None, http: str | None, shell: str | None) -> 
 @click.option("--handler", help="Handler name (a worker registers it).")
 @click.option("--queue", default="default", show_default=True)
 @click.option("--http", "http_url", help="Webhook URL instead of a handler.")
+@click.option("--method", help="HTTP method for --http (default POST).")
+@click.option(
+    "--header", "headers", multiple=True, metavar="'K: V'", help="HTTP header, repeatable."
+)
+@click.option(
+    "--success-code",
+    "success_codes",
+    multiple=True,
+    type=click.IntRange(100, 599),
+    help="An HTTP status that counts as success besides 2xx, repeatable.",
+)
 @click.option("--shell", help="Command line instead of a handler (split like a shell).")
-@click.option("--payload", help="JSON payload.")
+@click.option("--cwd", help="Working directory for --shell.")
+@click.option("--env", multiple=True, metavar="K=V", help="Environment for --shell, repeatable.")
+@click.option("--payload", help="JSON payload (the HTTP body; a shell job's stdin).")
 @click.option("--max-attempts", type=int, default=0)
 @click.option("--timeout", help="Per-attempt timeout, e.g. 30s.")
 @click.option("--misfire", type=MISFIRE, default="once", show_default=True)
@@ -104,7 +150,11 @@ def job_create(name: str, **opts: Any) -> None:
         settings()
         .client()
         .create_job(
-            name, payload=payload, labels=labels, **_target_kwargs(handler, http, shell), **opts
+            name,
+            payload=payload,
+            labels=labels,
+            **_target_kwargs(handler, http, shell, opts),
+            **opts,
         )
     )
     emit_job(result.job)

@@ -9,11 +9,13 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from schedd._errors import SchedError
 from schedd._gc import tune_gc
+from schedd.cli._kinds import job_kind_configs, job_kind_options
 
 #: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
 _ETCD_TLS = ("ca_file", "cert_file", "key_file", "server_name")
@@ -256,9 +258,7 @@ def node(
     help="node address(es), HOST:PORT[,...], repeatable; the other live nodes are discovered",
 )
 @click.option("--queue", "queues", multiple=True, default=("default",), show_default=True)
-@click.option(
-    "--import", "imports", multiple=True, required=True, help="module with register(worker)"
-)
+@click.option("--import", "imports", multiple=True, help="module with register(worker), repeatable")
 @click.option("--worker-id", default=None)
 @click.option("--capacity", default=16, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
@@ -275,6 +275,7 @@ def node(
     show_default=True,
     help="connect to every live node the given ones name (nodes that join later too)",
 )
+@job_kind_options
 def worker(
     connect: tuple[str, ...],
     queues: tuple[str, ...],
@@ -284,10 +285,13 @@ def worker(
     prefetch: int,
     data_dir: str | None,
     discover: bool,
+    **kinds: Any,
 ) -> None:
-    """Run a worker with the handlers registered by the given modules."""
+    """Run a worker: the handlers the given modules register, HTTP jobs (unless --no-http)
+    and, with --allow-shell, shell jobs."""
     from schedd.worker._cli import run_worker_from_cli
 
+    http, shell = job_kind_configs(kinds)
     tune_gc()
     sys.exit(
         run_worker_from_cli(
@@ -299,6 +303,8 @@ def worker(
             data_dir,
             prefetch,
             discover,
+            http=http,
+            shell=shell,
         )
     )
 
@@ -308,12 +314,15 @@ def worker(
     "--data-dir", default=".schedd-dev", show_default=True, type=click.Path(file_okay=False)
 )
 @click.option("--listen", default="127.0.0.1:7070", show_default=True)
-def dev(data_dir: str, listen: str) -> None:
-    """Start etcd, a node and a worker with demo handlers (echo, sleep, fail, flaky)."""
+@job_kind_options
+def dev(data_dir: str, listen: str, **kinds: Any) -> None:
+    """Start etcd, a node and a worker with demo handlers (echo, sleep, fail, flaky) that runs
+    HTTP jobs too (shell jobs with --allow-shell)."""
     from schedd.dev._cluster import run_dev
 
+    http, shell = job_kind_configs(kinds)
     try:
-        sys.exit(run_dev(Path(data_dir), listen))
+        sys.exit(run_dev(Path(data_dir), listen, http=http, shell=shell))
     except (SchedError, RuntimeError) as exc:
         click.echo(f"schedd dev: {exc}", err=True)
         sys.exit(1)

@@ -8,10 +8,15 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
 from schedd.store import EtcdConfig
+
+if TYPE_CHECKING:
+    from schedd.worker._http import HttpConfig
+    from schedd.worker._shell import ShellConfig
 
 log = logging.getLogger("schedd.dev")
 
@@ -19,7 +24,7 @@ NEXT_STEPS = """
 schedd dev is running:
   etcd    {etcd}   (data in {data})
   node    {node}   (gRPC: client API and worker streams)
-  worker  {worker} (handlers: echo, sleep, fail, flaky)
+  worker  {worker} (handlers: echo, sleep, fail, flaky; {kinds})
 
 Try, in another terminal (source .venv/bin/activate first):
   schedctl job create hello --schedule '*/5 * * * * *' --handler echo --payload '{{"msg": "hi"}}'
@@ -28,6 +33,7 @@ Try, in another terminal (source .venv/bin/activate first):
   schedctl job create flaky --schedule '@after 2s' --handler flaky --payload '{{"failures": 2}}'
   schedctl job create doomed --schedule '@after 2s' --handler fail --max-attempts 2
   schedctl dlq list
+  schedctl job create ping --schedule '@every 10s' --http https://example.com/ --method GET
   schedctl cluster status
   schedctl preview '30 2 * * *' --tz America/New_York --count 5
 
@@ -41,9 +47,12 @@ def _etcd_ports() -> tuple[int | None, int | None]:
     return None, None
 
 
-async def _run(data_dir: Path, listen: str) -> int:
+async def _run(
+    data_dir: Path, listen: str, http: HttpConfig | None, shell: ShellConfig | None
+) -> int:
     from schedd.dev.demo_handlers import register
     from schedd.worker import Worker, WorkerConfig
+    from schedd.worker._http import HttpExecutor
 
     client_port, peer_port = _etcd_ports()
     etcd = EtcdProcess(data_dir / "etcd", client_port=client_port, peer_port=peer_port)
@@ -70,10 +79,20 @@ async def _run(data_dir: Path, listen: str) -> int:
             )
         )
         register(worker)
+        if http is not None:
+            worker.add_executor("http", HttpExecutor(http))
+        if shell is not None:
+            from schedd.worker._shell import ShellExecutor
+
+            worker.add_executor("shell", ShellExecutor(shell))
         await worker.start()
         print(
             NEXT_STEPS.format(
-                etcd=etcd.endpoint, data=data_dir, node=node.address, worker="dev-worker"
+                etcd=etcd.endpoint,
+                data=data_dir,
+                node=node.address,
+                worker="dev-worker",
+                kinds=_kinds_text(http, shell),
             ),
             flush=True,
         )
@@ -90,6 +109,21 @@ async def _run(data_dir: Path, listen: str) -> int:
         await asyncio.to_thread(etcd.stop)
 
 
-def run_dev(data_dir: Path, listen: str) -> int:
-    """Runs the dev cluster until Ctrl-C or SIGTERM; returns the exit code."""
-    return asyncio.run(_run(data_dir.resolve(), listen))
+def _kinds_text(http: HttpConfig | None, shell: ShellConfig | None) -> str:
+    parts = ["HTTP jobs" if http is not None else "no HTTP jobs (--no-http)"]
+    parts.append("shell jobs" if shell is not None else "no shell jobs (--allow-shell)")
+    return ", ".join(parts)
+
+
+def run_dev(
+    data_dir: Path,
+    listen: str,
+    *,
+    http: HttpConfig | None = None,
+    shell: ShellConfig | None = None,
+) -> int:
+    """Runs the dev cluster until Ctrl-C or SIGTERM; returns the exit code.
+
+    The worker runs the demo handlers, HTTP jobs with ``http`` and shell jobs with ``shell``.
+    """
+    return asyncio.run(_run(data_dir.resolve(), listen, http, shell))

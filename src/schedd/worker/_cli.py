@@ -6,10 +6,15 @@ import importlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schedd._errors import SchedError
 from schedd.worker._config import WorkerConfig
+from schedd.worker._http import HttpConfig, HttpExecutor
 from schedd.worker._worker import Worker
+
+if TYPE_CHECKING:
+    from schedd.worker._shell import ShellConfig
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,8 @@ def run_worker_from_cli(
     data_dir: str | None,
     prefetch: int = 10_000,
     discover: bool = True,
+    http: HttpConfig | None = None,
+    shell: ShellConfig | None = None,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
@@ -43,6 +50,8 @@ def run_worker_from_cli(
         data_dir: Ledger and checkpoints (None: a temporary directory).
         prefetch: Executions held ahead of their instant (0: none).
         discover: Connect to every live node the given ones name, not only to them.
+        http: Run HTTP jobs with this configuration (None: this worker does not run them).
+        shell: Run shell jobs with this configuration (None: refused, never announced).
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -65,11 +74,23 @@ def run_worker_from_cli(
             if not callable(register):
                 raise ValueError(f"module {name!r} has no register(worker) function")
             register(worker)
+        if http is not None:
+            worker.add_executor("http", HttpExecutor(http))
+        if shell is not None:
+            from schedd.worker._shell import ShellExecutor
+
+            worker.add_executor("shell", ShellExecutor(shell))
     except (ImportError, ValueError) as e:
         log.error("cannot start worker: %s", e)
         return 2
-    if not worker.handler_names:
-        log.warning("no handlers registered: this worker will only run nothing")
+    kinds = [k for k, c in (("http", http), ("shell", shell)) if c is not None]
+    if not worker.handler_names and not kinds:
+        log.warning("no handlers registered and HTTP jobs off: this worker will run nothing")
+    log.info(
+        "worker runs %d handlers%s",
+        len(worker.handler_names),
+        f" and {' and '.join(kinds)} jobs" if kinds else "",
+    )
     try:
         worker.run_sync()
     except SchedError as e:  # e.g. the data dir is held by a worker still running

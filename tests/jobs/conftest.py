@@ -1,0 +1,175 @@
+"""Fixtures of the job-kind tests: a real ``schedd node`` and ``schedd worker`` process per
+test (the worker's flags chosen by the test) on the session's etcd, and loopback HTTP
+targets served by aiohttp in the test's own event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from cluster.procs import SCHEDD, Proc
+
+from schedd.client import AsyncClient
+from schedd.dev import EtcdProcess, free_port
+from schedd.v1 import execution_pb2
+
+
+@dataclass
+class Seen:
+    """One request a target received."""
+
+    at: float  # time.time() on arrival
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+Responder = Callable[[web.Request, Seen], Awaitable[web.StreamResponse]]
+
+
+async def _ok(request: web.Request, seen: Seen) -> web.StreamResponse:
+    return web.Response(text="fine")
+
+
+@dataclass
+class Target:
+    """A loopback HTTP server that records every request and answers through ``respond``."""
+
+    respond: Responder = _ok
+    seen: list[Seen] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self.port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        seen = Seen(time.time(), request.method, request.path, dict(request.headers), b"")
+        seen.body = await request.read()
+        self.seen.append(seen)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self.respond(request, seen)
+        finally:
+            self.in_flight -= 1
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class KindsCluster:
+    """One node and one worker as real processes; the worker's flags are the test's."""
+
+    def __init__(self, root: Path, etcd: str) -> None:
+        self.root = root
+        self.etcd = etcd
+        self.prefix = f"/schedd-kinds/{uuid.uuid4().hex[:10]}/"
+        self.port = free_port()
+        self.procs: list[Proc] = []
+        self.targets: list[Target] = []
+        self.client = AsyncClient(self.address, timeout_s=15)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def target(self, respond: Responder = _ok) -> Target:
+        t = Target(respond)
+        await t.start()
+        self.targets.append(t)
+        return t
+
+    async def start(self, *worker_args: str, capacity: int = 32) -> None:
+        node = [
+            *SCHEDD, "node", "--etcd", self.etcd, "--listen", self.address,
+            "--node-id", "n0", "--data-dir", str(self.root / "n0"), "--partitions", "4",
+            "--prefix", self.prefix,
+        ]  # fmt: skip
+        worker = [
+            *SCHEDD, "worker", "--connect", self.address, "--worker-id", "w0",
+            "--capacity", str(capacity), "--data-dir", str(self.root / "w0"), *worker_args,
+        ]  # fmt: skip
+        for name, argv in (("n0", node), ("w0", worker)):
+            proc = Proc(name, argv, {**_env()}, self.root / "logs" / f"{name}.log")
+            proc.start()
+            self.procs.append(proc)
+        deadline = time.monotonic() + 30
+        while True:
+            for p in self.procs:
+                assert p.alive, f"{p.name} exited:\n{p.tail()}"
+            try:
+                st = await self.client.cluster_status()
+                if len(st.workers) == 1 and all(p.owner for p in st.partitions):
+                    return
+            except Exception:
+                pass
+            assert time.monotonic() < deadline, "cluster not ready:\n" + self.logs()
+            await asyncio.sleep(0.2)
+
+    async def runs(self, job_id: str) -> list[execution_pb2.Execution]:
+        return list(await self.client.list_executions(job_id=job_id, limit=1000))
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {p.name}\n{p.tail(60)}" for p in self.procs)
+
+    async def close(self) -> None:
+        await self.client.close()
+        for p in self.procs:
+            if p.alive:
+                p.signal(15)
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except Exception:
+                p.signal(9)
+        for t in self.targets:
+            await t.close()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "SCHEDD_LOG_LEVEL": os.environ.get("SCHEDD_KINDS_LOG", "info")}
+
+
+@pytest.fixture
+async def kinds(
+    etcd_server: EtcdProcess, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[KindsCluster]:
+    c = KindsCluster(tmp_path, etcd_server.endpoint)
+    try:
+        yield c
+    finally:
+        failed = request.node.stash.get(_FAILED, False)
+        if failed:
+            print(f"\n===== process logs =====\n{c.logs()}")
+        await c.close()
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    rep = yield
+    if rep.when == "call" and rep.failed:
+        item.stash[_FAILED] = True
+    return rep
