@@ -31,13 +31,16 @@ async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> Asy
         await harness.close()
 
 
-async def ctl(h: Harness | None, *args: str, endpoint: str | None = None) -> tuple[int, str, str]:
+async def ctl(
+    h: Harness | None, *args: str, endpoint: str | None = None, stdin: bytes | None = None
+) -> tuple[int, str, str]:
     ep = endpoint or (h.address() if h else "")
     proc = await asyncio.create_subprocess_exec(
         SCHEDCTL, "--endpoints", ep, *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
     return proc.returncode or 0, out.decode(), err.decode()
 
 
@@ -163,3 +166,74 @@ async def test_dead_letters_list_and_redrive(h: Harness) -> None:
     await eventually(
         lambda: asyncio.sleep(0, result=len(h.calls.get("fail", []))), lambda n: n >= 2
     )
+
+
+async def test_redrive_all_retry_knobs_and_payload_files(h: Harness, tmp_path: Path) -> None:
+    payload_file = tmp_path / "payload.json"
+    payload_file.write_text('{"from": "file"}')
+    ids = []
+    for payload, stdin in ((f"@{payload_file}", None), ("-", b'{"from": "stdin"}')):
+        code, out, err = await ctl(
+            h, "job", "create", "doomed", "--schedule", "@after 1s", "--handler", "fail",
+            "--max-attempts", "1", "--payload", payload, "-o", "json", stdin=stdin,
+        )  # fmt: skip
+        assert code == 0, err
+        ids.append(json.loads(out)["id"])
+    code, out, _ = await ctl(h, "job", "get", ids[0], "-o", "json")
+    assert json.loads(out)["payload"] == {"from": "file"}
+    code, out, _ = await ctl(h, "job", "get", ids[1], "-o", "json")
+    assert json.loads(out)["payload"] == {"from": "stdin"}
+    code, _, err = await ctl(
+        h, "job", "create", "x", "--schedule", "@after 1h", "--handler", "echo",
+        "--payload", f"@{tmp_path / 'missing.json'}",
+    )  # fmt: skip
+    assert code != 0 and "cannot read" in err and "missing.json" in err
+    one_line_error(err)
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps("x" * 300_000))
+    code, _, err = await ctl(
+        h, "job", "create", "x", "--schedule", "@after 1h", "--handler", "echo",
+        "--payload", f"@{big}",
+    )  # fmt: skip
+    assert code != 0 and "300002 bytes" in err and "262144" in err, err
+    one_line_error(err)
+
+    code, out, err = await ctl(
+        h, "job", "create", "patient", "--schedule", "@after 1h", "--handler", "echo",
+        "--retry-initial", "2s", "--retry-max", "1m", "--retry-multiplier", "3", "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    retry = json.loads(out)["retry"]
+    assert (retry["initial_backoff_ms"], retry["max_backoff_ms"], retry["multiplier"]) == (
+        2000, 60_000, 3.0,
+    )  # fmt: skip
+    code, out, err = await ctl(
+        h, "job", "update", json.loads(out)["id"], "--retry-max", "90s", "-o", "json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["retry"]["max_backoff_ms"] == 90_000
+    assert json.loads(out)["retry"]["initial_backoff_ms"] == 2000
+
+    async def dead() -> list[str]:
+        code, out, err = await ctl(h, "dlq", "list", "-o", "json")
+        assert code == 0, err
+        return sorted(d["job_id"] for d in json.loads(out))
+
+    await eventually(dead, lambda d: d == sorted(ids), what="two dead letters")
+    code, out, err = await ctl(h, "dlq", "redrive", "--all", "-o", "json")
+    assert code == 0, err
+    assert "redrove 2 dead letters" in err
+    assert sorted(e["job_id"] for e in json.loads(out)) == sorted(ids)
+
+    async def attempts() -> list[int]:
+        code, out, err = await ctl(h, "dlq", "list", "-o", "json")
+        assert code == 0, err
+        return sorted(d["attempt"] for d in json.loads(out))
+
+    # "fail" always fails: both ran once more and are back, after their second attempt
+    await eventually(attempts, lambda a: a == [2, 2], what="the redriven runs to fail again")
+    code, _, err = await ctl(h, "dlq", "redrive", "--tenant", "nobody")
+    assert code == 0 and "no dead letters of tenant nobody" in err
+    code, _, err = await ctl(h, "dlq", "redrive", "x@1", "--all")
+    assert code != 0
+    one_line_error(err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -70,9 +71,24 @@ def output_option(func: F) -> F:
 
 
 def parse_json(option: str, text: str | None) -> Any:
-    """The value of a JSON option; a click usage error naming the option when it does not parse."""
+    """The value of a JSON option; a click usage error naming the option when it does not parse.
+
+    ``@PATH`` reads the JSON from a file, ``-`` from standard input.
+    """
     if text is None:
         return None
+    if text == "-":
+        text = sys.stdin.read()
+        option = f"{option} - (stdin)"
+    elif text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise click.BadParameter(f"cannot read {path}: {reason}", param_hint=option) from exc
+        option = f"{option} @{path}"
     try:
         return json.loads(text)
     except ValueError as exc:

@@ -126,8 +126,18 @@ def _target_kwargs(
 @click.option("--shell", help="Command line instead of a handler (split like a shell).")
 @click.option("--cwd", help="Working directory for --shell.")
 @click.option("--env", multiple=True, metavar="K=V", help="Environment for --shell, repeatable.")
-@click.option("--payload", help="JSON payload (the HTTP body; a shell job's stdin).")
+@click.option(
+    "--payload", help="JSON payload, @FILE or - for stdin (the HTTP body; a shell job's stdin)."
+)
 @click.option("--max-attempts", type=int, default=0)
+@click.option("--retry-initial", help="Backoff before the first retry, e.g. 1s (default 1s).")
+@click.option("--retry-max", help="Longest backoff between attempts, e.g. 5m (default 5m).")
+@click.option(
+    "--retry-multiplier",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Backoff growth per attempt (default 2).",
+)
 @click.option("--timeout", help="Per-attempt timeout, e.g. 30s.")
 @click.option("--misfire", type=MISFIRE, default="once", show_default=True)
 @click.option("--catch-up-limit", type=int, default=0)
@@ -146,6 +156,7 @@ def job_create(name: str, **opts: Any) -> None:
         raise click.UsageError("one of --handler, --http or --shell is required")
     payload = parse_json("--payload", opts.pop("payload"))
     labels = parse_labels(opts.pop("labels"))
+    opts["retry_multiplier"] = opts["retry_multiplier"] or 0.0
     result = (
         settings()
         .client()
@@ -208,9 +219,12 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
 @click.option("--tz")
 @click.option("--handler")
 @click.option("--queue")
-@click.option("--payload", help="New JSON payload.")
+@click.option("--payload", help="New JSON payload, @FILE or - for stdin.")
 @click.option("--clear-payload", is_flag=True)
 @click.option("--max-attempts", type=int)
+@click.option("--retry-initial", help="Backoff before the first retry, e.g. 1s.")
+@click.option("--retry-max", help="Longest backoff between attempts, e.g. 5m.")
+@click.option("--retry-multiplier", type=click.FloatRange(min=1.0), help="Backoff growth.")
 @click.option("--timeout")
 @click.option("--misfire", type=MISFIRE)
 @click.option("--catch-up-limit", type=int)
@@ -259,7 +273,7 @@ def job_resume(job_id: str) -> None:
 
 @job_group.command("trigger")
 @click.argument("job_id")
-@click.option("--payload", help="JSON payload for this run only.")
+@click.option("--payload", help="JSON payload for this run only, @FILE or - for stdin.")
 @output_option
 def job_trigger(job_id: str, payload: str | None) -> None:
     """Run a job once, now."""

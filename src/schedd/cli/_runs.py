@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -129,13 +130,43 @@ def dlq_list(tenant: str, job_id: str, limit: int) -> None:
 @click.option("--tenant", default="")
 @click.option("--job", "job_id", default="")
 @click.option("--all", "everything", is_flag=True, help="Redrive every dead letter.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before redriving many.")
 @output_option
-def dlq_redrive(execution_ids: tuple[str, ...], tenant: str, job_id: str, everything: bool) -> None:
-    """Put dead executions back (the ids given, or all matching --tenant/--job)."""
+def dlq_redrive(
+    execution_ids: tuple[str, ...], tenant: str, job_id: str, everything: bool, yes: bool
+) -> None:
+    """Put dead executions back (the ids given, or all matching --tenant/--job, or --all).
+
+    Without ids, the matching dead letters are counted first; at a terminal schedctl asks
+    before redriving them (``--yes`` skips the question). The count redriven goes to stderr.
+    """
     if not (execution_ids or tenant or job_id or everything):
         raise click.UsageError("give execution ids, --tenant, --job or --all")
-    redriven = settings().client().redrive(list(execution_ids), tenant, job_id)
+    if execution_ids and (tenant or job_id or everything):
+        raise click.UsageError("give execution ids, or --tenant/--job/--all, not both")
+    client = settings().client()
+    if not execution_ids:
+        count = len(client.list_dead_letters(tenant, job_id, limit=1_000_000))
+        scope = _scope(tenant, job_id)
+        if count == 0:
+            click.echo(f"no dead letters {scope}", err=True)
+            emit_executions([])
+            return
+        if (
+            not yes
+            and sys.stdin.isatty()
+            and not click.confirm(f"redrive {count} dead letters {scope}?", err=True)
+        ):
+            raise click.ClickException("nothing redriven")
+    redriven = client.redrive(list(execution_ids), tenant, job_id, everything=everything)
+    click.echo(f"redrove {len(redriven)} dead letters", err=True)
     emit_executions(redriven)
+
+
+def _scope(tenant: str, job_id: str) -> str:
+    parts = [f"of tenant {tenant}"] if tenant else []
+    parts += [f"of job {job_id}"] if job_id else []
+    return " and ".join(parts) or "in the whole cluster"
 
 
 def _skew(n: scheduler_pb2.NodeStatus) -> str:

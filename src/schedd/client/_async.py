@@ -213,7 +213,8 @@ class AsyncClient:
         self, /, job_id: str, *, payload: Any = UNSET, expected_version: int = 0, **changes: Any
     ) -> job_pb2.Job:
         """Change the given fields only (``name``, ``schedule``, ``tz``, ``handler``,
-        ``queue``, ``http``, ``shell``, ``payload``, ``max_attempts``, ``timeout``, ``misfire``,
+        ``queue``, ``http``, ``shell``, ``payload``, ``max_attempts``, ``retry_initial``,
+        ``retry_max``, ``retry_multiplier``, ``timeout``, ``misfire``,
         ``catch_up_limit``, ``starting_deadline``, ``overlap``, ``jitter``, ``labels``).
 
         ``payload=None`` clears the payload; a non-zero ``expected_version`` makes the update
@@ -321,11 +322,17 @@ class AsyncClient:
         return out[:limit]
 
     async def redrive(
-        self, execution_ids: Sequence[str] = (), tenant: str = "", job_id: str = ""
+        self,
+        execution_ids: Sequence[str] = (),
+        tenant: str = "",
+        job_id: str = "",
+        *,
+        everything: bool = False,
     ) -> list[execution_pb2.Execution]:
-        """Put dead executions back (the given ids, else all matching tenant and job)."""
+        """Put dead executions back: the given ids, else all matching tenant and job, or with
+        ``everything`` every dead letter of the cluster; returns those redriven."""
         req = scheduler_pb2.RedriveDeadLettersRequest(
-            execution_ids=execution_ids, tenant=tenant, job_id=job_id
+            execution_ids=execution_ids, tenant=tenant, job_id=job_id, all=everything
         )
         return list((await self._call(self._stub.RedriveDeadLetters, req)).executions)
 

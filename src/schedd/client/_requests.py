@@ -89,6 +89,9 @@ def build_job(
     shell: Sequence[str] | job_pb2.ShellTarget | None = None,
     payload: Any = None,
     max_attempts: int = 0,
+    retry_initial: float | str | None = None,
+    retry_max: float | str | None = None,
+    retry_multiplier: float = 0.0,
     timeout: float | str | None = None,
     misfire: str = "once",
     catch_up_limit: int = 0,
@@ -102,7 +105,9 @@ def build_job(
 ) -> job_pb2.Job:
     """The Job message for :meth:`Client.create_job`'s arguments.
 
-    Durations are seconds or text such as ``"30s"``; ``payload`` is JSON-encoded unless it is
+    Durations are seconds or text such as ``"30s"`` (``timeout``, ``retry_initial`` and
+    ``retry_max``: the first retry's backoff and the longest; ``retry_multiplier``: the growth
+    per attempt, 0 for the default 2); ``payload`` is JSON-encoded unless it is
     bytes; ``misfire`` and ``overlap`` are names such as ``"catch_up"`` or ``"forbid"``.
 
     Raises:
@@ -114,6 +119,9 @@ def build_job(
     _set_target(job, handler, queue, http, shell)
     job.payload = encode_payload(payload)
     job.retry.max_attempts = max_attempts
+    job.retry.initial_backoff_ms = to_duration_ms(retry_initial, "retry_initial")
+    job.retry.max_backoff_ms = to_duration_ms(retry_max, "retry_max")
+    job.retry.multiplier = retry_multiplier
     job.timeout_ms = to_duration_ms(timeout, "timeout")
     job.misfire.mode = parse_misfire(misfire)  # type: ignore[assignment]
     job.misfire.catch_up_limit = catch_up_limit
@@ -157,6 +165,9 @@ def build_update(
 _SCALARS: dict[str, str] = {
     "name": "name",
     "max_attempts": "retry.max_attempts",
+    "retry_initial": "retry.initial_backoff_ms",
+    "retry_max": "retry.max_backoff_ms",
+    "retry_multiplier": "retry.multiplier",
     "timeout": "timeout_ms",
     "misfire": "misfire.mode",
     "catch_up_limit": "misfire.catch_up_limit",
@@ -195,6 +206,11 @@ def _update_scalars(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> None
     converters: dict[str, Any] = {
         "name": lambda v: setattr(job, "name", v),
         "max_attempts": lambda v: setattr(job.retry, "max_attempts", v),
+        "retry_initial": lambda v: setattr(
+            job.retry, "initial_backoff_ms", to_duration_ms(v, "retry_initial")
+        ),
+        "retry_max": lambda v: setattr(job.retry, "max_backoff_ms", to_duration_ms(v, "retry_max")),
+        "retry_multiplier": lambda v: setattr(job.retry, "multiplier", float(v)),
         "timeout": lambda v: setattr(job, "timeout_ms", to_duration_ms(v, "timeout")),
         "misfire": lambda v: setattr(job.misfire, "mode", parse_misfire(v)),
         "catch_up_limit": lambda v: setattr(job.misfire, "catch_up_limit", v),

@@ -19,6 +19,7 @@ from schedd.model import (
     validate_id,
     validate_new_job_parsed,
 )
+from schedd.model._fields import check_payload
 from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
 from schedd.store import JobStore
@@ -160,8 +161,7 @@ class NodeApi:
 
     async def trigger_job(self, req: scheduler_pb2.TriggerJobRequest) -> execution_pb2.Execution:
         job = await self.jobs.get_job(validate_id("id", req.id))
-        if len(req.payload) > 256 * 1024:
-            raise InvalidArgument("payload", "at most 256 KiB")
+        check_payload("payload", req.payload)
         now = self.clock.now_ms()
         for sched in range(now, now + 1000):
             created = await self.jobs.add_runs(
@@ -229,9 +229,10 @@ class NodeApi:
                 for e in req.execution_ids
             ]
         else:
-            if not req.tenant and not req.job_id:
+            if not req.tenant and not req.job_id and not req.all:
                 raise InvalidArgument(
-                    "execution_ids", "name executions, or a tenant or job_id to redrive all of"
+                    "execution_ids",
+                    "name executions, a tenant or job_id to redrive all of, or set all",
                 )
             dead = await self.jobs.list_dead(req.tenant, req.job_id)
         redriven = await self.jobs.redrive(dead, self.clock.now_ms())

@@ -600,8 +600,13 @@ class RedriveDeadLettersRequest(_message.Message):
     EXECUTION_IDS_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     job_id: _builtins.str
+    all: _builtins.bool
+    """With no ids, tenant or job_id: every dead letter of the cluster (refused without it, so
+    an empty request cannot redrive everything by accident).
+    """
     @_builtins.property
     def execution_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Redrive these executions; when empty, every dead letter matching tenant and job_id."""
@@ -612,10 +617,11 @@ class RedriveDeadLettersRequest(_message.Message):
         execution_ids: _abc.Iterable[_builtins.str] | None = ...,
         tenant: _builtins.str = ...,
         job_id: _builtins.str = ...,
+        all: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_ids", b"execution_ids", "job_id", b"job_id", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "execution_ids", b"execution_ids", "job_id", b"job_id", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
