@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,48 @@ async def test_redrive_all_retry_knobs_and_payload_files(h: Harness, tmp_path: P
     code, _, err = await ctl(h, "dlq", "redrive", "x@1", "--all")
     assert code != 0
     one_line_error(err)
+
+
+def _iso_utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+async def test_backfill_dry_run_steps_and_rate(h: Harness) -> None:
+    # No worker runs "nobody": backfilled executions stay live (pending) and count as existing.
+    code, out, err = await ctl(
+        h, "job", "create", "past", "--schedule", "* * * * * *", "--handler", "nobody",
+        "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    a = (int(time.time()) - 60) * 1000
+    b = a + 20_000
+
+    async def backfill(*args: str) -> tuple[list[dict[str, Any]], str]:
+        code, out, err = await ctl(h, "job", "backfill", job_id, *args, "-o", "json")
+        assert code == 0, err
+        return json.loads(out), err
+
+    rows, err = await backfill("--start", _iso_utc(a), "--end", _iso_utc(b), "--dry-run")
+    assert [r["action"] for r in rows] == ["create"] * 20
+    assert rows[0]["scheduled_ms"] == a and "would create 20, 0 exist already" in err
+    assert [r for r in await h.runs(job_id) if r.scheduled_ms < b] == []  # nothing written
+
+    made, err = await backfill("--start", _iso_utc(a), "--end", _iso_utc(a + 5000))
+    assert len(made) == 5 and "created 5, 0 exist already" in err
+
+    rows, err = await backfill("--start", _iso_utc(a), "--end", _iso_utc(b), "--dry-run")
+    assert [r["action"] for r in rows] == ["exists"] * 5 + ["create"] * 15
+
+    began = time.monotonic()
+    made, err = await backfill(
+        "--start", _iso_utc(a), "--end", _iso_utc(b), "--chunk", "4", "--limit", "12",
+        "--rate", "2",
+    )  # fmt: skip
+    took = time.monotonic() - began
+    assert len(made) == 7, made
+    assert "created 7, 5 exist already; 8 more fires in the range left out by --limit" in err
+    assert took >= 1.4, took  # 3 created by the second step at 2/s: the third waits 1.5 s
+    assert "backfill: created" in err  # progress between the steps
+    past = sorted(r.scheduled_ms for r in await h.runs(job_id) if r.scheduled_ms < b)
+    assert past == [a + 1000 * i for i in range(12)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from typing import Any
 
@@ -286,14 +287,85 @@ def job_trigger(job_id: str, payload: str | None) -> None:
 @click.argument("job_id")
 @click.option("--start", required=True, help="ISO-8601 time (inclusive).")
 @click.option("--end", required=True, help="ISO-8601 time (exclusive).")
-@click.option("--limit", type=click.IntRange(min=0), default=0)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=0,
+    help="At most this many fires in all (0: every fire in the range).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Create nothing: list what would be created and what exists."
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=1.0),
+    default=1000.0,
+    show_default=True,
+    help="Executions created per second at most (a large range is created in steps).",
+)
+@click.option("--chunk", type=click.IntRange(1, 10_000), default=1000, show_default=True)
 @output_option
-def job_backfill(job_id: str, start: str, end: str, limit: int) -> None:
-    """Create one execution per scheduled fire in [START, END)."""
+def job_backfill(
+    job_id: str, start: str, end: str, limit: int, dry_run: bool, rate: float, chunk: int
+) -> None:
+    """Create one execution per scheduled fire in [START, END), skipping fires that have a
+    live execution; progress and a summary go to stderr."""
     from schedd.client import parse_time_ms
 
     start_ms, end_ms = parse_time_ms(start, "--start"), parse_time_ms(end, "--end")
-    result = settings().client().backfill_job(job_id, start_ms, end_ms, limit)
-    emit_executions(result.executions)
-    if result.truncated:
-        click.echo(f"schedctl: {result.truncated} more fires left out by --limit", err=True)
+    client = settings().client()
+    made: list[Any] = []
+    existing: list[int] = []
+    left, cursor, calls, began = 0, start_ms, 0, time.monotonic()
+    while True:
+        want = chunk if not limit else min(chunk, limit - len(made) - len(existing))
+        if want <= 0:
+            break
+        res = client.backfill_job(job_id, cursor, end_ms, want, dry_run=dry_run)
+        calls += 1
+        made += res.executions
+        existing += res.existing_ms
+        left = res.truncated
+        if not res.next_start_ms or res.next_start_ms >= end_ms:
+            break
+        cursor = res.next_start_ms
+        _backfill_progress(made, existing, left, cursor, dry_run)
+        if not dry_run:  # keep to --rate
+            time.sleep(max(0.0, len(made) / rate - (time.monotonic() - began)))
+    if calls > 1:
+        click.echo("", err=True)
+    verb = "would create" if dry_run else "created"
+    more = f"; {left} more fires in the range left out by --limit" if left else ""
+    click.echo(
+        f"backfill of {job_id}: {verb} {len(made)}, {len(existing)} exist already{more}",
+        err=True,
+    )
+    if not dry_run:
+        emit_executions(made)
+        return
+    rows = sorted(
+        [(ex.scheduled_ms, "create") for ex in made] + [(ms, "exists") for ms in existing]
+    )
+    fmt = settings().output
+    data = [{"scheduled_ms": ms, "scheduled_time": _iso(ms), "action": a} for ms, a in rows]
+    emit(
+        fmt,
+        data,
+        lambda: rows_table(["scheduled (UTC)", "local", "action"], [
+            (_iso(ms), local_time(ms), a) for ms, a in rows
+        ]),
+    )  # fmt: skip
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _backfill_progress(
+    made: list[Any], existing: list[int], left: int, cursor: int, dry_run: bool
+) -> None:
+    verb = "would create" if dry_run else "created"
+    line = f"backfill: {verb} {len(made)}, {len(existing)} exist, {left} to go, at {_iso(cursor)}"
+    end = "\r" if sys.stderr.isatty() else "\n"
+    click.echo(line.ljust(79), err=True, nl=False)
+    click.echo(end, err=True, nl=False)

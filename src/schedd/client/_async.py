@@ -242,17 +242,22 @@ class AsyncClient:
         return await self._call(self._stub.TriggerJob, req)
 
     async def backfill_job(
-        self, job_id: str, start: _Time, end: _Time, limit: int = 0
+        self, job_id: str, start: _Time, end: _Time, limit: int = 0, dry_run: bool = False
     ) -> BackfillResult:
-        """One execution per scheduled fire in ``[start, end)`` (datetimes, ISO text or ms)."""
+        """One execution per scheduled fire in ``[start, end)`` (datetimes, ISO text or ms),
+        at most ``limit`` fires a call (0: 1000); fires with a live execution are skipped.
+        ``dry_run``: create nothing, say what would be created and what exists."""
         req = scheduler_pb2.BackfillJobRequest(
             id=job_id,
             start_ms=parse_time_ms(start, "start"),
             end_ms=parse_time_ms(end, "end"),
             limit=limit,
+            dry_run=dry_run,
         )
         resp = await self._call(self._stub.BackfillJob, req)
-        return BackfillResult(list(resp.executions), resp.truncated)
+        return BackfillResult(
+            list(resp.executions), resp.truncated, list(resp.existing_ms), resp.next_start_ms
+        )
 
     # -- executions -----------------------------------------------------------------------------
     async def get_execution(self, execution_id: str) -> execution_pb2.Execution:

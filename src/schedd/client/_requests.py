@@ -47,10 +47,14 @@ class ExecutionList(list[execution_pb2.Execution]):
 
 @dataclass(frozen=True)
 class BackfillResult:
-    """The executions a backfill created, and how many fires ``limit`` left out."""
+    """The executions a backfill created (with ``dry_run``: would create), how many fires
+    ``limit`` left out and where the next call can start (``next_start_ms``, 0 when none were
+    left out), and the fires it found with an execution already (``existing_ms``)."""
 
     executions: list[execution_pb2.Execution] = field(default_factory=list)
     truncated: int = 0
+    existing_ms: list[int] = field(default_factory=list)
+    next_start_ms: int = 0
 
 
 def _set_target(

@@ -14,6 +14,7 @@ from schedd._status import item_error
 from schedd.history import Position
 from schedd.model import (
     apply_update,
+    new_execution,
     new_job_id,
     validate_execution_id,
     validate_id,
@@ -28,6 +29,8 @@ from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 MAX_PAGE = 1000
 MAX_BATCH = 10_000
 MAX_BACKFILL = 10_000
+#: How far the fires a backfill leaves out are counted (BackfillJobResponse.truncated).
+MAX_BACKFILL_COUNT = 100_000
 
 
 class ClusterView(Protocol):
@@ -186,9 +189,33 @@ class NodeApi:
         sched = parse_schedule(job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms)
         fires = list(sched.fires(req.start_ms - 1, until_ms=req.end_ms - 1, limit=limit + 1))
         truncated = max(0, len(fires) - limit)
+        next_start = fires[limit] if truncated else 0
         fires = fires[:limit]
+        if truncated:  # how many more, counted without listing them all
+            rest = sched.fires(next_start - 1, until_ms=req.end_ms - 1, limit=MAX_BACKFILL_COUNT)
+            truncated = sum(1 for _ in rest)
+        if req.dry_run:
+            live = {ex.scheduled_ms for ex in await self.jobs.list_live(job.id)}
+            todo = [f for f in fires if f not in live]
+            would = [
+                new_execution(
+                    job, self.jobs.partition(job.id), f, now, execution_pb2.TRIGGER_BACKFILL
+                )
+                for f in todo
+            ]
+            existing = [f for f in fires if f in live]
+            return scheduler_pb2.BackfillJobResponse(
+                executions=would, truncated=truncated, existing_ms=existing,
+                next_start_ms=next_start,
+            )  # fmt: skip
         created = await self.jobs.add_runs(job, fires, execution_pb2.TRIGGER_BACKFILL, now)
-        return scheduler_pb2.BackfillJobResponse(executions=created, truncated=truncated)
+        made = {ex.scheduled_ms for ex in created}
+        return scheduler_pb2.BackfillJobResponse(
+            executions=created,
+            truncated=truncated,
+            existing_ms=[f for f in fires if f not in made],
+            next_start_ms=next_start,
+        )
 
     # -- executions ----------------------------------------------------------------------------
 

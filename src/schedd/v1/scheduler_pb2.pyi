@@ -408,11 +408,18 @@ class BackfillJobRequest(_message.Message):
     START_MS_FIELD_NUMBER: _builtins.int
     END_MS_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     start_ms: _builtins.int
     end_ms: _builtins.int
     limit: _builtins.int
-    """At most this many executions; 0 means 1000, more than 10000 is INVALID_ARGUMENT."""
+    """At most this many fires are handled (created or found existing); 0 means 1000, more
+    than 10000 is INVALID_ARGUMENT.
+    """
+    dry_run: _builtins.bool
+    """Create nothing: answer with the executions that would be created and the fires that
+    exist already.
+    """
     def __init__(
         self,
         *,
@@ -420,10 +427,11 @@ class BackfillJobRequest(_message.Message):
         start_ms: _builtins.int = ...,
         end_ms: _builtins.int = ...,
         limit: _builtins.int = ...,
+        dry_run: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_ms", b"end_ms", "id", b"id", "limit", b"limit", "start_ms", b"start_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "end_ms", b"end_ms", "id", b"id", "limit", b"limit", "start_ms", b"start_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -435,19 +443,31 @@ class BackfillJobResponse(_message.Message):
 
     EXECUTIONS_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
+    EXISTING_MS_FIELD_NUMBER: _builtins.int
+    NEXT_START_MS_FIELD_NUMBER: _builtins.int
     truncated: _builtins.int
-    """Fires in the range that were not created because of `limit`."""
+    """Fires in the range that were not handled because of `limit` (counted up to 100000)."""
+    next_start_ms: _builtins.int
+    """When truncated: the first fire not handled, where a next call can start (0 otherwise)."""
     @_builtins.property
-    def executions(self) -> _containers.RepeatedCompositeFieldContainer[_execution_pb2.Execution]: ...
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[_execution_pb2.Execution]:
+        """Created (with dry_run: would be created; not stored, no fencing token)."""
+
+    @_builtins.property
+    def existing_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Fires handled whose execution exists already (pending, held or running): not created."""
+
     def __init__(
         self,
         *,
         executions: _abc.Iterable[_execution_pb2.Execution] | None = ...,
         truncated: _builtins.int = ...,
+        existing_ms: _abc.Iterable[_builtins.int] | None = ...,
+        next_start_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions", "existing_ms", b"existing_ms", "next_start_ms", b"next_start_ms", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
