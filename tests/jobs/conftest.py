@@ -126,6 +126,18 @@ class KindsCluster:
             assert time.monotonic() < deadline, "cluster not ready:\n" + self.logs()
             await asyncio.sleep(0.2)
 
+    def add_node(self, name: str) -> tuple[Proc, str]:
+        """Another node process on the same etcd prefix; returns it and its address."""
+        address = f"127.0.0.1:{free_port()}"
+        argv = [
+            *SCHEDD, "node", "--etcd", self.etcd, "--listen", address, "--node-id", name,
+            "--data-dir", str(self.root / name), "--partitions", "4", "--prefix", self.prefix,
+        ]  # fmt: skip
+        proc = Proc(name, argv, _env(), self.root / "logs" / f"{name}.log")
+        proc.start()
+        self.procs.append(proc)
+        return proc, address
+
     async def runs(self, job_id: str) -> list[execution_pb2.Execution]:
         return list(await self.client.list_executions(job_id=job_id, limit=1000))
 

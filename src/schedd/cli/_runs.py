@@ -110,6 +110,17 @@ def run_get(execution_id: str) -> None:
     emit(settings().output, execution_to_dict(settings().client().get_execution(execution_id)))
 
 
+@run_group.command("cancel")
+@click.argument("execution_id")
+@click.option("--reason", default="", help="Recorded with the execution.")
+@output_option
+def run_cancel(execution_id: str, reason: str) -> None:
+    """Cancel a pending, waiting, held or running execution (JOB@MILLIS): it ends CANCELLED; a
+    running attempt is told to stop. Exit 3 when unknown, 4 when it has ended already."""
+    ex = settings().client().cancel_execution(execution_id, reason)
+    emit(settings().output, execution_to_dict(ex))
+
+
 @click.group("dlq")
 def dlq_group() -> None:
     """The dead-letter queue."""

@@ -265,6 +265,14 @@ class AsyncClient:
         req = scheduler_pb2.GetExecutionRequest(id=execution_id)
         return await self._call(self._stub.GetExecution, req)
 
+    async def cancel_execution(
+        self, execution_id: str, reason: str = ""
+    ) -> execution_pb2.Execution:
+        """Cancel a live execution (pending, waiting for a retry, held or running); it ends
+        CANCELLED with ``reason``. ``FailedPrecondition`` when it has ended already."""
+        req = scheduler_pb2.CancelExecutionRequest(id=execution_id, reason=reason)
+        return await self._call(self._stub.CancelExecution, req)
+
     async def list_executions_page(
         self,
         job_id: str = "",

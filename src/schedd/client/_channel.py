@@ -22,6 +22,7 @@ IDEMPOTENT_METHODS = (
     "ListExecutions",
     "ListDeadLetters",
     "GetClusterStatus",
+    "CancelExecution",  # cancelling twice returns the cancelled execution
 )
 
 

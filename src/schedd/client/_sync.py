@@ -170,6 +170,7 @@ class Client:
     list_executions_page = _blocking(AsyncClient.list_executions_page)
     list_executions = _blocking(AsyncClient.list_executions)
     list_dead_letters = _blocking(AsyncClient.list_dead_letters)
+    cancel_execution = _blocking(AsyncClient.cancel_execution)
     redrive = _blocking(AsyncClient.redrive)
     cluster_status = _blocking(AsyncClient.cluster_status)
 

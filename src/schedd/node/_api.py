@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from schedd._clock import Clock
-from schedd._errors import InvalidArgument, SchedError
+from schedd._errors import FailedPrecondition, InvalidArgument, SchedError
 from schedd._status import item_error
 from schedd.history import Position
 from schedd.model import (
@@ -218,6 +218,20 @@ class NodeApi:
         )
 
     # -- executions ----------------------------------------------------------------------------
+
+    async def cancel_execution(
+        self, req: scheduler_pb2.CancelExecutionRequest
+    ) -> execution_pb2.Execution:
+        eid = validate_execution_id("id", req.id)
+        if len(req.reason.encode()) > 1024:
+            raise InvalidArgument("reason", "at most 1 KiB")
+        why = f"cancelled: {req.reason}" if req.reason else "cancelled by request"
+        ex = await self.jobs.cancel_run(eid, why, self.clock.now_ms())
+        if ex is not None:
+            return ex
+        ended = await self.views.get_execution(eid)  # ExecutionNotFound when nobody has it
+        name = execution_pb2.ExecutionState.Name(ended.state).removeprefix("EXECUTION_")
+        raise FailedPrecondition(f"execution {eid!r} has ended already ({name})")
 
     async def get_execution(
         self, req: scheduler_pb2.GetExecutionRequest

@@ -161,7 +161,7 @@ class ClaimPlanner:
         return ex
 
     def _plan_run(self, entry: DueEntry, ex: execution_pb2.Execution | None) -> Claim:
-        if ex is None:
+        if ex is None or ex.state == execution_pb2.EXECUTION_CANCELLED:  # ended by its owner
             return Claim(entry, self.store.drop_due(entry), [])
         ex.state = execution_pb2.EXECUTION_PENDING
         ex.due_ms = entry.due_ms

@@ -92,8 +92,16 @@ class Partition:
         self.window.extend(entries, self.window.end)
         waiting = {(e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE}
         runs = await self.store.load_runs()
-        inherited = [r for r in runs if (r.job_id, r.scheduled_ms) not in waiting]
-        inherited = [r for r in inherited if r.state != execution_pb2.EXECUTION_RETRY_WAIT]
+        cancelled = execution_pb2.EXECUTION_CANCELLED
+        inherited = [
+            r
+            for r in runs
+            if r.state == cancelled
+            or (
+                (r.job_id, r.scheduled_ms) not in waiting
+                and r.state != execution_pb2.EXECUTION_RETRY_WAIT
+            )
+        ]
         await self._adopt(inherited)
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name=f"claim-{self.partition}"),
@@ -208,6 +216,23 @@ class Partition:
         )
         self.events.partition_failed(self.partition, f"{task.get_name()} crashed: {exc!r}")
 
+    async def _end_cancelled(
+        self, runs: Sequence[execution_pb2.Execution]
+    ) -> list[execution_pb2.Execution]:
+        """Ends the executions CancelExecution marked (their run keys go, compared on the
+        cancel's revision; the history records them CANCELLED); returns the others."""
+        cancelled = [r for r in runs if r.state == execution_pb2.EXECUTION_CANCELLED]
+        if not cancelled:
+            return list(runs)
+        ok, _ = await self.store.apply([self.store.finish_run(r) for r in cancelled])
+        self.history.record([r for r, good in zip(cancelled, ok, strict=True) if good])
+        for r, good in zip(cancelled, ok, strict=True):
+            if good:
+                log.info("%s: %s", r.id, r.reason)
+            else:  # changed meanwhile: read it again
+                self.doubt([r.job_id])
+        return [r for r in runs if r.state != execution_pb2.EXECUTION_CANCELLED]
+
     async def _adopt(self, runs: Sequence[execution_pb2.Execution]) -> None:
         """Re-tokens executions that may have been sent out under another token, then hands
         them to firing (which probes workers for those that may be out, and arms the rest):
@@ -216,6 +241,7 @@ class Partition:
         One whose rewrite failed its compare changed meanwhile: its job is doubted, so the
         claim loop re-reads it. Raises what the store raises; nothing is armed then.
         """
+        runs = await self._end_cancelled(runs)
         if not runs:
             return
         # Their dispatches carry the job's payload, timeout and HTTP/shell target: a partition
@@ -491,7 +517,10 @@ class Partition:
         for eid in [e for e, lv in self.live.items() if lv.ex.job_id == job_id]:
             current = runs.get(eid)
             if current is None or current.fencing_token != self.live[eid].ex.fencing_token:
-                self.firing.cancel(self, self.live.pop(eid), "removed by an API change")
+                why = "removed by an API change"
+                if current is not None and current.state == execution_pb2.EXECUTION_CANCELLED:
+                    why = current.reason  # CancelExecution: ended by _adopt below
+                self.firing.cancel(self, self.live.pop(eid), why)
             elif eid in orphans:  # unchanged in etcd, but nothing has it in flight
                 self.firing.cancel(self, self.live.pop(eid), "handed out again")
         # A RETRY_WAIT run, or one a RUN entry points at, is claimed through its due entry.
@@ -500,8 +529,10 @@ class Partition:
             r
             for r in view.runs
             if r.id not in self.live
-            and r.scheduled_ms not in waiting
-            and r.state != execution_pb2.EXECUTION_RETRY_WAIT
+            and (
+                r.state == execution_pb2.EXECUTION_CANCELLED  # to end, wherever it waited
+                or (r.scheduled_ms not in waiting and r.state != execution_pb2.EXECUTION_RETRY_WAIT)
+            )
         ]
 
     def request_reload(self) -> None:

@@ -73,6 +73,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def GetExecution(self, request: Any, context: Any) -> Any:
         return await _call(self.api.get_execution, request, context)
 
+    async def CancelExecution(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.cancel_execution, request, context)
+
     async def ListExecutions(self, request: Any, context: Any) -> Any:
         return await _call(self.api.list_executions, request, context)
 

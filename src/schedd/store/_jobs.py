@@ -438,6 +438,40 @@ class JobStore:
                     created.append(ex)
         return created
 
+    async def cancel_run(
+        self, execution_id: str, reason: str, now_ms: int
+    ) -> execution_pb2.Execution | None:
+        """Marks a live execution CANCELLED (its owner, notified, stops it and ends it).
+
+        Returns the cancelled execution, None when no live execution has this id. One that is
+        cancelled already is returned as it is.
+
+        Raises:
+            Conflict: it kept changing under the compare (several tries).
+        """
+        job_id, sched = parse_execution_id(execution_id)
+        p = self.partition(job_id)
+        run_key = self.keys.run_key(p, job_id, sched)
+        o = self.ops
+        for _ in range(5):
+            kv = await self.kv.get(run_key)
+            if kv is None:
+                return None
+            ex = decode_execution(kv.value, kv.mod_revision)
+            if ex.state == execution_pb2.EXECUTION_CANCELLED:
+                return ex
+            ex.state = execution_pb2.EXECUTION_CANCELLED
+            ex.reason = reason
+            ex.finished_ms = now_ms
+            resp = await self.kv.txn(
+                [o.cmp_mod(run_key, kv.mod_revision)],
+                [o.put(run_key, encode_execution(ex)), *_notify(o, self.keys, {p: [job_id]})],
+            )
+            if resp.succeeded:
+                ex.fencing_token = resp.revision
+                return ex
+        raise Conflict(f"execution {execution_id!r} kept changing; retry")
+
     async def get_live_execution(self, execution_id: str) -> execution_pb2.Execution | None:
         job_id, sched = parse_execution_id(execution_id)
         kv = await self.kv.get(self.keys.run_key(self.partition(job_id), job_id, sched))

@@ -493,6 +493,29 @@ class GetExecutionRequest(_message.Message):
 Global___GetExecutionRequest: _TypeAlias = GetExecutionRequest  # noqa: Y015
 
 @_typing.final
+class CancelExecutionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    reason: _builtins.str
+    """Recorded in the execution's reason ("cancelled: <reason>"); at most 1 KiB."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelExecutionRequest: _TypeAlias = CancelExecutionRequest  # noqa: Y015
+
+@_typing.final
 class ListExecutionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -91,6 +91,11 @@ class SchedulerStub:
                 request_serializer=schedd_dot_v1_dot_scheduler__pb2.GetExecutionRequest.SerializeToString,
                 response_deserializer=schedd_dot_v1_dot_execution__pb2.Execution.FromString,
                 _registered_method=True)
+        self.CancelExecution = channel.unary_unary(
+                '/schedd.v1.Scheduler/CancelExecution',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.CancelExecutionRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_execution__pb2.Execution.FromString,
+                _registered_method=True)
         self.ListExecutions = channel.unary_unary(
                 '/schedd.v1.Scheduler/ListExecutions',
                 request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListExecutionsRequest.SerializeToString,
@@ -188,6 +193,17 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelExecution(self, request, context):
+        """Cancels a live execution (pending, waiting for a retry, held or running): it ends
+        CANCELLED with the reason; a running attempt is told to stop (a handler sees
+        ctx.cancelled, an HTTP request is aborted, a shell job's process group terminated).
+        NOT_FOUND for an unknown id, FAILED_PRECONDITION for one that has ended already;
+        cancelling a cancelled execution again returns it unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListExecutions(self, request, context):
         """Cluster-wide: the receiving node asks every live node for its part and merges them, so
         every node gives the same answer (see missing_nodes).
@@ -273,6 +289,11 @@ def add_SchedulerServicer_to_server(servicer, server):
             'GetExecution': grpc.unary_unary_rpc_method_handler(
                     servicer.GetExecution,
                     request_deserializer=schedd_dot_v1_dot_scheduler__pb2.GetExecutionRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_execution__pb2.Execution.SerializeToString,
+            ),
+            'CancelExecution': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelExecution,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.CancelExecutionRequest.FromString,
                     response_serializer=schedd_dot_v1_dot_execution__pb2.Execution.SerializeToString,
             ),
             'ListExecutions': grpc.unary_unary_rpc_method_handler(
@@ -592,6 +613,33 @@ class Scheduler:
             target,
             '/schedd.v1.Scheduler/GetExecution',
             schedd_dot_v1_dot_scheduler__pb2.GetExecutionRequest.SerializeToString,
+            schedd_dot_v1_dot_execution__pb2.Execution.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelExecution(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/CancelExecution',
+            schedd_dot_v1_dot_scheduler__pb2.CancelExecutionRequest.SerializeToString,
             schedd_dot_v1_dot_execution__pb2.Execution.FromString,
             options,
             channel_credentials,

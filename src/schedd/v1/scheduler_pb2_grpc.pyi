@@ -56,6 +56,13 @@ class SchedulerStub:
     NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
     that did not answer, when it was not found but some node did not answer.
     """
+    CancelExecution: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.CancelExecutionRequest, _execution_pb2.Execution]
+    """Cancels a live execution (pending, waiting for a retry, held or running): it ends
+    CANCELLED with the reason; a running attempt is told to stop (a handler sees
+    ctx.cancelled, an HTTP request is aborted, a shell job's process group terminated).
+    NOT_FOUND for an unknown id, FAILED_PRECONDITION for one that has ended already;
+    cancelling a cancelled execution again returns it unchanged.
+    """
     ListExecutions: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListExecutionsRequest, _scheduler_pb2.ListExecutionsResponse]
     """Cluster-wide: the receiving node asks every live node for its part and merges them, so
     every node gives the same answer (see missing_nodes).
@@ -88,6 +95,13 @@ class SchedulerAsyncStub(SchedulerStub):
     """Asks every live node (run history stays on the node that finished an execution).
     NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
     that did not answer, when it was not found but some node did not answer.
+    """
+    CancelExecution: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.CancelExecutionRequest, _execution_pb2.Execution]  # type: ignore[assignment]
+    """Cancels a live execution (pending, waiting for a retry, held or running): it ends
+    CANCELLED with the reason; a running attempt is told to stop (a handler sees
+    ctx.cancelled, an HTTP request is aborted, a shell job's process group terminated).
+    NOT_FOUND for an unknown id, FAILED_PRECONDITION for one that has ended already;
+    cancelling a cancelled execution again returns it unchanged.
     """
     ListExecutions: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListExecutionsRequest, _scheduler_pb2.ListExecutionsResponse]  # type: ignore[assignment]
     """Cluster-wide: the receiving node asks every live node for its part and merges them, so
@@ -184,6 +198,19 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         """Asks every live node (run history stays on the node that finished an execution).
         NOT_FOUND only when every node answered and none has it; UNAVAILABLE, naming the nodes
         that did not answer, when it was not found but some node did not answer.
+        """
+
+    @_abc_1.abstractmethod
+    def CancelExecution(
+        self,
+        request: _scheduler_pb2.CancelExecutionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_execution_pb2.Execution, _abc.Awaitable[_execution_pb2.Execution]]:
+        """Cancels a live execution (pending, waiting for a retry, held or running): it ends
+        CANCELLED with the reason; a running attempt is told to stop (a handler sees
+        ctx.cancelled, an HTTP request is aborted, a shell job's process group terminated).
+        NOT_FOUND for an unknown id, FAILED_PRECONDITION for one that has ended already;
+        cancelling a cancelled execution again returns it unchanged.
         """
 
     @_abc_1.abstractmethod
