@@ -99,7 +99,9 @@ class KindsCluster:
         self.targets.append(t)
         return t
 
-    async def start(self, *worker_args: str, capacity: int = 32) -> None:
+    async def start(
+        self, *worker_args: str, capacity: int = 32, env: dict[str, str] | None = None
+    ) -> None:
         node = [
             *SCHEDD, "node", "--etcd", self.etcd, "--listen", self.address,
             "--node-id", "n0", "--data-dir", str(self.root / "n0"), "--partitions", "4",
@@ -109,8 +111,15 @@ class KindsCluster:
             *SCHEDD, "worker", "--connect", self.address, "--worker-id", "w0",
             "--capacity", str(capacity), "--data-dir", str(self.root / "w0"), *worker_args,
         ]  # fmt: skip
-        for name, argv in (("n0", node), ("w0", worker)):
-            proc = Proc(name, argv, {**_env()}, self.root / "logs" / f"{name}.log")
+        tests = str(Path(__file__).resolve().parents[1])
+        worker_env = {
+            **_env(),
+            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+            "SCHEDD_WORKER_NAME": "w0",
+            **(env or {}),
+        }
+        for name, argv, penv in (("n0", node, _env()), ("w0", worker, worker_env)):
+            proc = Proc(name, argv, penv, self.root / "logs" / f"{name}.log")
             proc.start()
             self.procs.append(proc)
         deadline = time.monotonic() + 30
@@ -125,6 +134,23 @@ class KindsCluster:
                 pass
             assert time.monotonic() < deadline, "cluster not ready:\n" + self.logs()
             await asyncio.sleep(0.2)
+
+    def add_worker(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        """Another worker process connected to ``connect`` (default: the first node)."""
+        argv = [
+            *SCHEDD, "worker", "--worker-id", name, "--data-dir", str(self.root / name), *args,
+        ]  # fmt: skip
+        if "--connect" not in args:
+            argv += ["--connect", self.address]
+        tests = str(Path(__file__).resolve().parents[1])
+        extra = {
+            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+            "SCHEDD_WORKER_NAME": name,
+        }
+        proc = Proc(name, argv, {**_env(), **extra, **(env or {})}, self.root / "logs" / name)
+        proc.start()
+        self.procs.append(proc)
+        return proc
 
     def add_node(self, name: str) -> tuple[Proc, str]:
         """Another node process on the same etcd prefix; returns it and its address."""

@@ -85,6 +85,7 @@ def test_public_faces_are_pinned() -> None:
     )
     assert sorted(schedd.worker.__all__) == sorted(
         [
+            "CheckpointTooLarge",
             "Context",
             "FencedStore",
             "PermanentError",

@@ -8,6 +8,9 @@ from schedd._errors import InvalidArgument
 
 #: The largest payload a job may carry.
 MAX_PAYLOAD_BYTES = 256 * 1024
+#: The largest checkpoint a handler may save (encoded): it travels in heartbeats and is
+#: written to etcd by the execution's owner.
+MAX_CHECKPOINT_BYTES = 64 * 1024
 #: The longest id, name, tenant, queue, handler name, idempotency key or label (UTF-8, NFC).
 MAX_TEXT_BYTES = 200
 #: Most attempts a retry policy may ask for.

@@ -22,6 +22,7 @@ from schedd._clock import Clock
 from schedd._errors import FencedOut, SchedError
 from schedd.dispatch import InFlight
 from schedd.history import History
+from schedd.model._fields import MAX_CHECKPOINT_BYTES
 from schedd.node._config import NodeConfig
 from schedd.node._firing import Firer
 from schedd.node._live import Live, OwnedPartitions
@@ -90,6 +91,7 @@ class Settler:
         self, worker_id: str, heartbeats: list[worker_pb2.Heartbeat]
     ) -> list[str]:
         stale: list[str] = []
+        saved: dict[int, tuple[Partition, list[Live]]] = {}
         for hb in heartbeats:
             partition = self._partitions.of_execution(hb.execution_id)
             if partition is None:
@@ -101,8 +103,33 @@ class Settler:
             if live is None or live.ex.fencing_token != hb.fencing_token:
                 stale.append(hb.execution_id)
             elif hb.has_checkpoint:
+                if len(hb.checkpoint) > MAX_CHECKPOINT_BYTES:
+                    log.warning(
+                        "%s: checkpoint of %d bytes ignored", hb.execution_id, len(hb.checkpoint)
+                    )
+                    continue
                 live.ex.checkpoint = hb.checkpoint
+                saved.setdefault(partition.partition, (partition, []))[1].append(live)
+        if saved:
+            await asyncio.gather(*(self._save_checkpoints(p, lives) for p, lives in saved.values()))
         return stale
+
+    async def _save_checkpoints(self, partition: Partition, lives: list[Live]) -> None:
+        """Writes these executions' new checkpoints to etcd (one fenced batch): from then on
+        they survive this node. A failure leaves them in memory, where the next heartbeat's
+        checkpoint or a redelivery (which writes the run key) takes them on."""
+        async with partition.lock:
+            current = [lv for lv in lives if partition.live.get(lv.ex.id) is lv]
+            if not current:
+                return
+            try:
+                await partition.store.apply(
+                    [partition.store.save_checkpoint(lv.ex) for lv in current]
+                )
+            except FencedOut as exc:
+                partition.fenced_out(exc)
+            except SchedError as exc:
+                log.warning("partition %d: checkpoints not saved: %s", partition.partition, exc)
 
     def on_reported(self, results: list[worker_pb2.Result]) -> None:
         """An attempt that ended (not one a worker gave back, CANCELLED: it is handed out

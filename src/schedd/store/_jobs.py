@@ -384,6 +384,8 @@ class JobStore:
                 ops.append(o.delete(k.due_key(p, stored.state.due_ms, job_id)))
             if stored.job.idempotency_key:
                 ops.append(o.delete(k.idem_key(stored.job.tenant, stored.job.idempotency_key)))
+            ckpts = k.ckpt_job_prefix(p, job_id)
+            ops.append(o.delete(ckpts, prefix_end(ckpts)))
             ops += _notify(o, k, {p: [job_id]})
             resp = await self.kv.txn(cmps, ops)
             if resp.succeeded:

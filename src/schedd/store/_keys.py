@@ -102,6 +102,18 @@ class Keys:
         p, ms, job = rest.split(b"/", 2)
         return int(p), int(ms), job.decode()
 
+    # -- checkpoints ----------------------------------------------------------------------------
+    def ckpt_prefix(self, partition: int) -> bytes:
+        """``ckpt/{p}/``: the latest checkpoint of live executions, beside their run keys (a
+        checkpoint written into the run key would change its mod revision, the token)."""
+        return self.prefix + b"ckpt/%04d/" % partition
+
+    def ckpt_job_prefix(self, partition: int, job_id: str) -> bytes:
+        return self.ckpt_prefix(partition) + job_id.encode() + b"/"
+
+    def ckpt_key(self, partition: int, job_id: str, scheduled_ms: int) -> bytes:
+        return _run_key(self.ckpt_prefix(partition), job_id.encode(), scheduled_ms)
+
     # -- executions -----------------------------------------------------------------------------
     def runs_all_prefix(self) -> bytes:
         return self.prefix + b"runs/"

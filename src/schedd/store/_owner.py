@@ -27,7 +27,7 @@ from schedd.store._records import (
     encode_execution,
 )
 from schedd.store._types import Fence, KeyValue, prefix_end
-from schedd.store.abc import KV, TxnResult
+from schedd.store.abc import KV, KeyValueView, TxnResult
 from schedd.v1 import execution_pb2
 
 #: Compares and ops that must apply together for one job: a nested transaction made by the
@@ -92,10 +92,28 @@ class PartitionStore:
         return DueEntry.decode(p, due_ms, job_id, kv.value, kv.mod_revision)
 
     async def load_runs(self) -> list[execution_pb2.Execution]:
-        """Live executions of the partition, tokens filled from mod revisions."""
+        """Live executions of the partition, tokens filled from mod revisions, each with its
+        latest checkpoint (the run key's, or the newer one of its ``ckpt/`` key)."""
         start = self.keys.runs_prefix(self.partition)
         kvs, _ = await self.kv.range_all(start, prefix_end(start))
-        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+        cstart = self.keys.ckpt_prefix(self.partition)
+        ckpts, _ = await self.kv.range_all(cstart, prefix_end(cstart))
+        return self._with_checkpoints(kvs, ckpts, len(start), len(cstart))
+
+    @staticmethod
+    def _with_checkpoints(
+        runs: Sequence[KeyValueView], ckpts: Sequence[KeyValueView], run_pfx: int, ckpt_pfx: int
+    ) -> list[execution_pb2.Execution]:
+        """Decoded runs; a ``ckpt/`` key written after its run key replaces its checkpoint."""
+        saved = {kv.key[ckpt_pfx:]: kv for kv in ckpts}
+        out = []
+        for kv in runs:
+            ex = decode_execution(kv.value, kv.mod_revision)
+            ck = saved.get(kv.key[run_pfx:])
+            if ck is not None and ck.mod_revision > kv.mod_revision:
+                ex.checkpoint = ck.value
+            out.append(ex)
+        return out
 
     async def fetch_jobs(self, job_ids: Iterable[str]) -> dict[str, StoredJob]:
         """Specs and states of these jobs, batched into few round trips; missing jobs absent."""
@@ -123,28 +141,32 @@ class PartitionStore:
         """
         ids = list(dict.fromkeys(job_ids))
         views: dict[str, JobView] = {}
-        per_txn = max(1, self.max_items // 3)
+        per_txn = max(1, self.max_items // 4)
         for i in range(0, len(ids), per_txn):
             chunk = ids[i : i + per_txn]
             ops = []
             for job_id in chunk:
                 jid = job_id.encode()
                 runs = self.keys.runs_job_prefix(self.partition, job_id)
+                ckpts = self.keys.ckpt_job_prefix(self.partition, job_id)
                 ops += [
                     self._get(self._job_key(jid)),
                     self._get(self._state_key(jid)),
                     self._get(runs, prefix_end(runs)),
+                    self._get(ckpts, prefix_end(ckpts)),
                 ]
             resp = await self.kv.txn((), ops)
             for n, job_id in enumerate(chunk):
-                views[job_id] = self._view(job_id, resp, 3 * n)
+                views[job_id] = self._view(job_id, resp, 4 * n)
         await self._fill_due(views)
         return views
 
     def _view(self, job_id: str, resp: TxnResult, at: int) -> JobView:
         cached = StoredJob.from_kvs(resp.kvs(at), resp.kvs(at + 1))
-        runs = resp.kvs(at + 2)
-        return JobView(cached, [decode_execution(kv.value, kv.mod_revision) for kv in runs])
+        runs_pfx = len(self.keys.runs_prefix(self.partition))
+        ckpt_pfx = len(self.keys.ckpt_prefix(self.partition))
+        runs = self._with_checkpoints(resp.kvs(at + 2), resp.kvs(at + 3), runs_pfx, ckpt_pfx)
+        return JobView(cached, runs)
 
     async def _fill_due(self, views: dict[str, JobView]) -> None:
         keys: list[bytes] = []
@@ -294,6 +316,21 @@ class PartitionStore:
             ops.append(self._put(self._due_key(add_due_ms, jid), value))
         return Item(self._txn(compares, ops))
 
+    def save_checkpoint(self, execution: execution_pb2.Execution) -> Item:
+        """Writes a live execution's latest checkpoint (``execution.checkpoint``) to its
+        ``ckpt/`` key, if the execution still holds its token (the run key is not touched:
+        the token stays)."""
+        run_key = self._run_key(execution.job_id.encode(), execution.scheduled_ms)
+        return Item(
+            self._txn(
+                [self._cmp_mod(run_key, execution.fencing_token)],
+                [self._put(self._ckpt_key(execution), execution.checkpoint)],
+            )
+        )
+
+    def _ckpt_key(self, execution: execution_pb2.Execution) -> bytes:
+        return self.keys.ckpt_key(self.partition, execution.job_id, execution.scheduled_ms)
+
     def finish_run(
         self,
         execution: execution_pb2.Execution,
@@ -306,6 +343,8 @@ class PartitionStore:
         """
         run_key = self._run_key(execution.job_id.encode(), execution.scheduled_ms)
         ops = [self._delete(run_key)]
+        if execution.checkpoint:  # it may have a ckpt/ key
+            ops.append(self._delete(self._ckpt_key(execution)))
         if dead_record is not None:
             dlq = self.keys.dlq_key(execution.tenant, execution.job_id, execution.scheduled_ms)
             ops.append(self._put(dlq, encode_execution(dead_record)))

@@ -15,8 +15,16 @@
 """
 
 from schedd.worker._config import WorkerConfig
-from schedd.worker._context import Context, PermanentError
+from schedd.worker._context import CheckpointTooLarge, Context, PermanentError
 from schedd.worker._fenced import FencedStore, StaleWrite
 from schedd.worker._worker import Worker
 
-__all__ = ["Context", "FencedStore", "PermanentError", "StaleWrite", "Worker", "WorkerConfig"]
+__all__ = [
+    "CheckpointTooLarge",
+    "Context",
+    "FencedStore",
+    "PermanentError",
+    "StaleWrite",
+    "Worker",
+    "WorkerConfig",
+]

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from schedd._errors import SchedError
+from schedd.model._fields import MAX_CHECKPOINT_BYTES
 from schedd.v1 import worker_pb2
 
 if TYPE_CHECKING:
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
 
 class PermanentError(SchedError):
     """Raise from a handler to fail the execution with no retry (OUTCOME_FAILED_PERMANENT)."""
+
+
+class CheckpointTooLarge(PermanentError):
+    """A checkpoint above :data:`MAX_CHECKPOINT_BYTES`: keep large state elsewhere and
+    checkpoint a reference to it."""
 
 
 _DECODER = json.JSONDecoder()
@@ -157,9 +163,18 @@ class Context:
         """Store progress durably in the local RocksDB; it travels with the next heartbeat.
 
         ``data`` is bytes (kept as is) or anything JSON-encodable. A redelivered attempt reads
-        it back with :meth:`load_checkpoint`.
+        it back with :meth:`load_checkpoint`. The owner node writes it to etcd when the
+        heartbeat reaches it, so it survives the loss of this worker and of the owner.
+
+        Raises:
+            CheckpointTooLarge: encoded, it is above 64 KiB (the attempt fails permanently
+                unless the handler catches it).
         """
         encoded = encode_value(data)
+        if len(encoded) > MAX_CHECKPOINT_BYTES:
+            raise CheckpointTooLarge(
+                f"checkpoint is {len(encoded)} bytes; at most {MAX_CHECKPOINT_BYTES} allowed"
+            )
         self._ledger.save_checkpoint(self.execution_id, encoded)
         self._pending_checkpoint = encoded
         self._saved_here = True
