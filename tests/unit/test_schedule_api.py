@@ -53,7 +53,7 @@ def test_public_api() -> None:
         ("TZ=Europe/Berlin 0 0 * * *", "UTC", "schedule.expr", "timezone field"),
         ("0 0 30 2 *", "UTC", "schedule.expr", "never fires"),
         ("0 0 31 4,6,9,11 *", "UTC", "schedule.expr", "never fires"),
-        ("0 0 L * *", "UTC", "schedule.expr", "not supported"),
+        ("0 0 LW-2 * *", "UTC", "schedule.expr", "day-of-month 'LW-2' is not supported"),
         ("0 0 * * foo", "UTC", "schedule.expr", "not a number or a known name"),
         ("@sometimes", "UTC", "schedule.expr", "unknown macro"),
         ("0 0 * * *", "Mars/Olympus", "schedule.timezone", "unknown time zone"),

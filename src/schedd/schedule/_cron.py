@@ -30,16 +30,20 @@ _LAST_DAY = date(9998, 12, 31).toordinal() - _EPOCH_ORD
 class CronEngine:
     """Next-fire and counting over one parsed expression in one zone.
 
-    Instances are immutable in effect: the only state is a cache of recent month lookups
-    and of the current zone segment, so repeated calls from an advancing cursor are cheap.
+    Instances are immutable in effect: the only state is a cache of recent month lookups,
+    of the day choice per month shape and of the current zone segment, so repeated calls
+    from an advancing cursor are cheap.
     """
 
-    __slots__ = ("_first_tod", "_months", "_n_tod", "_seg", "_spec", "_tz")
+    __slots__ = ("_first_tod", "_months", "_n_tod", "_seg", "_shapes", "_spec", "_tz")
 
     def __init__(self, spec: CronSpec, tz: str) -> None:
         self._spec = spec
         self._tz = tz
         self._months: dict[tuple[int, int], tuple[int, ...]] = {}
+        # The day choice depends only on a month's length and first weekday: at most 28
+        # shapes, each computed once (keyed n_days * 7 + first weekday).
+        self._shapes: dict[int, tuple[int, ...]] = {}
         self._seg: Segment | None = None
         self._n_tod = len(spec.hours) * len(spec.minutes) * len(spec.seconds)
         self._first_tod = spec.hours[0] * 3600 + spec.minutes[0] * 60 + spec.seconds[0]
@@ -187,14 +191,11 @@ class CronEngine:
         first = date(year, month, 1)
         n_days = ((date(year + month // 12, month % 12 + 1, 1)) - first).days
         wd0 = first.isoweekday() % 7  # 0 = Sunday, as in cron
-        out = []
-        for d in range(1, n_days + 1):
-            dom_ok = d in sp.doms
-            dow_ok = (wd0 + d - 1) % 7 in sp.dows
-            ok = (dom_ok and dow_ok) if (sp.dom_star or sp.dow_star) else (dom_ok or dow_ok)
-            if ok:
-                out.append(d)
-        return tuple(out)
+        key = n_days * 7 + wd0
+        days = self._shapes.get(key)
+        if days is None:
+            days = self._shapes[key] = sp.month_days(n_days, wd0)
+        return days
 
     def _day_ok(self, d: int) -> bool:
         if not 0 <= d <= _LAST_DAY:
