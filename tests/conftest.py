@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from failed_stash import FAILED
 
 from schedd.dev import EtcdProcess
 from schedd.store import EtcdConfig, EtcdKV
@@ -39,3 +40,12 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"
     d.mkdir()
     return d
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Marks a test whose call failed (:mod:`failed_stash`), for fixtures that print logs."""
+    rep = yield
+    if rep.when == "call" and rep.failed:
+        item.stash[FAILED] = True
+    return rep

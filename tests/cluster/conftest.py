@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cluster.effects import EffectLedger
 from cluster.procs import ClusterProcs, dump_runs
+from failed_stash import call_failed
 
 from schedd.dev import EtcdCluster
 
@@ -36,7 +37,7 @@ def procs(
         yield c
     finally:
         c.close()
-        report = request.node.stash.get(_FAILED, False)
+        report = call_failed(request)
         if report:
             print(f"\n===== process logs ({tmp_path / 'logs'}) =====\n{c.logs()}")
             print(f"===== runs in etcd =====\n{dump_runs(etcd3.endpoints, c.prefix)}")
@@ -47,14 +48,3 @@ def ledger(procs: ClusterProcs) -> Iterator[EffectLedger]:
     led = EffectLedger(procs.effects_db)
     yield led
     led.close()
-
-
-_FAILED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    rep = yield
-    if rep.when == "call" and rep.failed:
-        item.stash[_FAILED] = True
-    return rep

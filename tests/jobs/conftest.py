@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from cluster.procs import SCHEDD, Proc
+from failed_stash import call_failed
 
 from schedd.client import AsyncClient
 from schedd.dev import EtcdProcess, free_port
@@ -111,14 +112,7 @@ class KindsCluster:
             *SCHEDD, "worker", "--connect", self.address, "--worker-id", "w0",
             "--capacity", str(capacity), "--data-dir", str(self.root / "w0"), *worker_args,
         ]  # fmt: skip
-        tests = str(Path(__file__).resolve().parents[1])
-        worker_env = {
-            **_env(),
-            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
-            "SCHEDD_WORKER_NAME": "w0",
-            **(env or {}),
-        }
-        for name, argv, penv in (("n0", node, _env()), ("w0", worker, worker_env)):
+        for name, argv, penv in (("n0", node, _env()), ("w0", worker, _worker_env("w0", env))):
             proc = Proc(name, argv, penv, self.root / "logs" / f"{name}.log")
             proc.start()
             self.procs.append(proc)
@@ -142,12 +136,7 @@ class KindsCluster:
         ]  # fmt: skip
         if "--connect" not in args:
             argv += ["--connect", self.address]
-        tests = str(Path(__file__).resolve().parents[1])
-        extra = {
-            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
-            "SCHEDD_WORKER_NAME": name,
-        }
-        proc = Proc(name, argv, {**_env(), **extra, **(env or {})}, self.root / "logs" / name)
+        proc = Proc(name, argv, _worker_env(name, env), self.root / "logs" / name)
         proc.start()
         self.procs.append(proc)
         return proc
@@ -184,6 +173,17 @@ class KindsCluster:
             await t.close()
 
 
+def _worker_env(name: str, env: dict[str, str] | None) -> dict[str, str]:
+    """A worker's environment: handler modules under tests/ importable (``jobs.…``)."""
+    tests = str(Path(__file__).resolve().parents[1])
+    return {
+        **_env(),
+        "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+        "SCHEDD_WORKER_NAME": name,
+        **(env or {}),
+    }
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "SCHEDD_LOG_LEVEL": os.environ.get("SCHEDD_KINDS_LOG", "info")}
 
@@ -196,18 +196,7 @@ async def kinds(
     try:
         yield c
     finally:
-        failed = request.node.stash.get(_FAILED, False)
+        failed = call_failed(request)
         if failed:
             print(f"\n===== process logs =====\n{c.logs()}")
         await c.close()
-
-
-_FAILED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    rep = yield
-    if rep.when == "call" and rep.failed:
-        item.stash[_FAILED] = True
-    return rep

@@ -95,14 +95,21 @@ def parse_json(option: str, text: str | None) -> Any:
         raise click.BadParameter(f"not valid JSON ({exc})", param_hint=option) from exc
 
 
+def parse_pairs(option: str, pairs: tuple[str, ...], sep: str = "=") -> dict[str, str]:
+    """``KEY<sep>VALUE`` values of a repeatable option as a dict; a usage error naming the
+    option for one without a key. With ``sep=":"`` (HTTP headers) key and value are
+    stripped; with ``=`` they are kept as written."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, found, value = pair.partition(sep)
+        if sep == ":":
+            key, value = key.strip(), value.strip()
+        if not found or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY{sep}VALUE", param_hint=option)
+        out[key] = value
+    return out
+
+
 def parse_labels(pairs: tuple[str, ...]) -> dict[str, str] | None:
     """``("team=ops", "tier=1")`` -> ``{"team": "ops", "tier": "1"}`` (None when empty)."""
-    if not pairs:
-        return None
-    labels: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--label")
-        labels[key] = value
-    return labels
+    return parse_pairs("--label", pairs) or None

@@ -10,10 +10,16 @@ from typing import Any
 import click
 from rich.table import Table
 
-from schedd.cli._context import output_option, parse_json, parse_labels, settings
+from schedd.cli._context import (
+    output_option,
+    parse_json,
+    parse_labels,
+    parse_pairs,
+    settings,
+)
 from schedd.cli._output import emit, local_time, rows_table
 from schedd.cli._runs import emit_executions
-from schedd.client import UNSET, execution_to_dict, job_to_dict
+from schedd.client import UNSET, execution_to_dict, iso_utc, job_to_dict
 from schedd.v1 import job_pb2
 
 MISFIRE = click.Choice(["catch_up", "once", "skip"], case_sensitive=False)
@@ -64,18 +70,6 @@ def job_group() -> None:
     """Create and manage jobs."""
 
 
-def _pairs(values: tuple[str, ...], sep: str, flag: str) -> dict[str, str]:
-    """``K<sep>V`` values of a repeatable flag as a dict (the key stripped, and for headers
-    the value too)."""
-    out: dict[str, str] = {}
-    for value in values:
-        key, found, rest = value.partition(sep)
-        if not found or not key.strip():
-            raise click.BadParameter(f"{value!r} is not KEY{sep}VALUE", param_hint=flag)
-        out[key.strip()] = rest.strip() if sep == ":" else rest
-    return out
-
-
 def _target_kwargs(
     handler: str | None, http: str | None, shell: str | None, opts: dict[str, Any]
 ) -> dict[str, Any]:
@@ -92,14 +86,14 @@ def _target_kwargs(
             argv = shlex.split(shell)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--shell") from exc
-        target = job_pb2.ShellTarget(argv=argv, cwd=cwd or "", env=_pairs(env, "=", "--env"))
+        target = job_pb2.ShellTarget(argv=argv, cwd=cwd or "", env=parse_pairs("--env", env))
         return {"shell": target}
     if http is not None:
         return {
             "http": job_pb2.HttpTarget(
                 url=http,
                 method=method or "",
-                headers=_pairs(headers, ":", "--header"),
+                headers=parse_pairs("--header", headers, ":"),
                 success_codes=codes,
             )
         }
@@ -347,25 +341,23 @@ def job_backfill(
         [(ex.scheduled_ms, "create") for ex in made] + [(ms, "exists") for ms in existing]
     )
     fmt = settings().output
-    data = [{"scheduled_ms": ms, "scheduled_time": _iso(ms), "action": a} for ms, a in rows]
+    data = [{"scheduled_ms": ms, "scheduled_time": iso_utc(ms), "action": a} for ms, a in rows]
     emit(
         fmt,
         data,
         lambda: rows_table(["scheduled (UTC)", "local", "action"], [
-            (_iso(ms), local_time(ms), a) for ms, a in rows
+            (iso_utc(ms), local_time(ms), a) for ms, a in rows
         ]),
     )  # fmt: skip
-
-
-def _iso(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
 def _backfill_progress(
     made: list[Any], existing: list[int], left: int, cursor: int, dry_run: bool
 ) -> None:
     verb = "would create" if dry_run else "created"
-    line = f"backfill: {verb} {len(made)}, {len(existing)} exist, {left} to go, at {_iso(cursor)}"
+    line = (
+        f"backfill: {verb} {len(made)}, {len(existing)} exist, {left} to go, at {iso_utc(cursor)}"
+    )
     end = "\r" if sys.stderr.isatty() else "\n"
     click.echo(line.ljust(79), err=True, nl=False)
     click.echo(end, err=True, nl=False)
