@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -14,9 +15,22 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+# Ports handed out from below the kernel's ephemeral range (32768-60999 on Linux), so an
+# outgoing connection's source port or another ``bind(0)`` cannot take one between our check
+# and the server's bind; and never the same one twice in this process.
+_PORT_LOW, _PORT_HIGH = 20000, 32767
+_handed_out: set[int] = set()
+_rng = random.Random()
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
+    """A TCP port that was free a moment ago on ``host`` and not handed out before here."""
+    for _ in range(200):
+        port = _rng.randint(_PORT_LOW, _PORT_HIGH)
+        if port in _handed_out or not port_is_free(port, host):
+            continue
+        _handed_out.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
