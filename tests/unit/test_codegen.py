@@ -79,6 +79,7 @@ def test_public_faces_are_pinned() -> None:
             "missing_nodes_to_dicts",
             "parse_time_ms",
             "service_config",
+            "tenant_limits_to_dict",
             "to_duration_ms",
             "worker_to_dict",
         ]

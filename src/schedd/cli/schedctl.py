@@ -29,6 +29,7 @@ from schedd.cli._jobs import job_group
 from schedd.cli._output import FORMATS
 from schedd.cli._preview import preview
 from schedd.cli._runs import cluster_group, dlq_group, run_group, worker_group
+from schedd.cli._tenants import tenant_group
 
 __all__ = ["cli", "main"]
 
@@ -119,6 +120,7 @@ cli.add_command(run_group)
 cli.add_command(dlq_group)
 cli.add_command(worker_group)
 cli.add_command(cluster_group)
+cli.add_command(tenant_group)
 cli.add_command(preview)
 
 

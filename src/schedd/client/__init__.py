@@ -17,6 +17,7 @@ from schedd.client._convert import (
     job_to_dict,
     missing_nodes_to_dicts,
     parse_time_ms,
+    tenant_limits_to_dict,
     to_duration_ms,
     worker_to_dict,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "missing_nodes_to_dicts",
     "parse_time_ms",
     "service_config",
+    "tenant_limits_to_dict",
     "to_duration_ms",
     "worker_to_dict",
 ]

@@ -357,6 +357,37 @@ class AsyncClient:
         req = scheduler_pb2.GetClusterStatusRequest(local_only=local_only)
         return await self._call(self._stub.GetClusterStatus, req)
 
+    # -- tenants --------------------------------------------------------------------------------
+    async def set_tenant_limits(
+        self, tenant: str, *, rate: float = 0, burst: int = 0, max_running: int = 0
+    ) -> scheduler_pb2.TenantLimits:
+        """Replace ``tenant``'s limits: ``rate`` fires per second (``burst`` at once; default
+        one second's worth) and ``max_running`` executions at once; 0 leaves that one
+        unlimited. Every node enforces its share within a moment; fires over a limit wait,
+        in order. Returns the limits as stored."""
+        limits = scheduler_pb2.TenantLimits(
+            tenant=tenant, rate=rate, burst=burst, max_running=max_running
+        )
+        req = scheduler_pb2.SetTenantLimitsRequest(limits=limits)
+        return await self._call(self._stub.SetTenantLimits, req)
+
+    async def get_tenant_limits(self, tenant: str) -> scheduler_pb2.TenantLimits:
+        """``tenant``'s limits; ``NotFound`` when it has none."""
+        req = scheduler_pb2.GetTenantLimitsRequest(tenant=tenant)
+        return await self._call(self._stub.GetTenantLimits, req)
+
+    async def list_tenant_limits(self) -> list[scheduler_pb2.TenantLimits]:
+        """Every tenant that has limits, by name."""
+        req = scheduler_pb2.ListTenantLimitsRequest()
+        resp = await self._call(self._stub.ListTenantLimits, req)
+        return list(resp.tenants)
+
+    async def delete_tenant_limits(self, tenant: str) -> scheduler_pb2.TenantLimits:
+        """Lift ``tenant``'s limits (its waiting fires go at once); returns what they were.
+        ``NotFound`` when it had none."""
+        req = scheduler_pb2.DeleteTenantLimitsRequest(tenant=tenant)
+        return await self._call(self._stub.DeleteTenantLimits, req)
+
     # -- lifecycle ------------------------------------------------------------------------------
     async def close(self) -> None:
         """Close the channels."""

@@ -187,9 +187,22 @@ def execution_to_dict(execution: execution_pb2.Execution) -> dict[str, Any]:
             "reason": e.reason,
             "result": decode_payload(e.result),
             "has_checkpoint": bool(e.checkpoint),
+            "throttled_ms": e.throttled_ms,
         }
     )
     return out
+
+
+def tenant_limits_to_dict(limits: scheduler_pb2.TenantLimits) -> dict[str, Any]:
+    """A JSON-friendly dict of a tenant's limits (0: that limit is off)."""
+    return {
+        "tenant": limits.tenant,
+        "rate": limits.rate,
+        "burst": limits.burst,
+        "max_running": limits.max_running,
+        "updated_ms": limits.updated_ms,
+        "updated_time": iso_utc(limits.updated_ms),
+    }
 
 
 def _rows(messages: Any, fields: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -173,6 +173,10 @@ class Client:
     cancel_execution = _blocking(AsyncClient.cancel_execution)
     redrive = _blocking(AsyncClient.redrive)
     cluster_status = _blocking(AsyncClient.cluster_status)
+    set_tenant_limits = _blocking(AsyncClient.set_tenant_limits)
+    get_tenant_limits = _blocking(AsyncClient.get_tenant_limits)
+    list_tenant_limits = _blocking(AsyncClient.list_tenant_limits)
+    delete_tenant_limits = _blocking(AsyncClient.delete_tenant_limits)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:

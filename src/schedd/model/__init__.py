@@ -38,16 +38,19 @@ from schedd.model._job import (
     validate_new_job,
     validate_new_job_parsed,
 )
+from schedd.model._tenants import MAX_TENANT_LIMIT, default_burst, validate_tenant_limits
 from schedd.model._update import MUTABLE_PATHS, apply_update
 
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_PAYLOAD_BYTES",
+    "MAX_TENANT_LIMIT",
     "MAX_TEXT_BYTES",
     "MUTABLE_PATHS",
     "OUTPUT_FIELDS",
     "apply_update",
     "check_text",
+    "default_burst",
     "execution_from",
     "execution_id",
     "execution_template",
@@ -67,4 +70,5 @@ __all__ = [
     "validate_id",
     "validate_new_job",
     "validate_new_job_parsed",
+    "validate_tenant_limits",
 ]

@@ -14,16 +14,18 @@ from schedd._status import item_error
 from schedd.history import Position
 from schedd.model import (
     apply_update,
+    check_text,
     new_execution,
     new_job_id,
     validate_execution_id,
     validate_id,
     validate_new_job_parsed,
+    validate_tenant_limits,
 )
 from schedd.model._fields import check_payload
 from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
-from schedd.store import JobStore
+from schedd.store import JobStore, TenantStore
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
 MAX_PAGE = 1000
@@ -69,6 +71,7 @@ class NodeApi:
         self.views = views
         self.clock = clock
         self.id_factory = id_factory
+        self.tenants = TenantStore(jobs.kv, jobs.keys)
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -216,6 +219,29 @@ class NodeApi:
             existing_ms=[f for f in fires if f not in made],
             next_start_ms=next_start,
         )
+
+    # -- tenants -------------------------------------------------------------------------------
+
+    async def set_tenant_limits(
+        self, req: scheduler_pb2.SetTenantLimitsRequest
+    ) -> scheduler_pb2.TenantLimits:
+        limits = validate_tenant_limits(req.limits)
+        return await self.tenants.set(limits, self.clock.now_ms())
+
+    async def get_tenant_limits(
+        self, req: scheduler_pb2.GetTenantLimitsRequest
+    ) -> scheduler_pb2.TenantLimits:
+        return await self.tenants.get(check_text("tenant", req.tenant, required=True))
+
+    async def list_tenant_limits(
+        self, req: scheduler_pb2.ListTenantLimitsRequest
+    ) -> scheduler_pb2.ListTenantLimitsResponse:
+        return scheduler_pb2.ListTenantLimitsResponse(tenants=await self.tenants.list())
+
+    async def delete_tenant_limits(
+        self, req: scheduler_pb2.DeleteTenantLimitsRequest
+    ) -> scheduler_pb2.TenantLimits:
+        return await self.tenants.delete(check_text("tenant", req.tenant, required=True))
 
     # -- executions ----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from schedd._errors import FencedOut, SchedError
 from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.node._live import Live, RunningIndex
+from schedd.node._tenants import Admitted, TenantLimiter
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 if TYPE_CHECKING:
@@ -60,6 +61,10 @@ class Firer:
         self.dispatcher: Dispatcher | None = None
         self.may_act: Callable[[], bool] = _always
         self._slices = FireSlices(config.fire_slice)
+        #: Per-tenant rate and running limits (the node keeps their limits and share current).
+        self.tenants: TenantLimiter[tuple[Partition, Live]] = TenantLimiter()
+        self.running.on_discard = self._ended
+        self._drain_queued = False
 
     def dispatch_backlogged(self) -> bool:
         """The dispatch queue holds ``max_dispatch_backlog`` executions or more: partitions
@@ -70,6 +75,15 @@ class Firer:
             and self.dispatcher is not None
             and (self.dispatcher.pending_count() >= bound)
         )
+
+    def _lead(self, partition: Partition, live: Live) -> int:
+        """How long before its instant the timer of ``live`` fires (hold_ms when a worker
+        may hold it, else 0)."""
+        hold = self.config.hold_ms
+        if hold <= 0:
+            return 0
+        cached = partition.jobs.get(live.ex.job_id)
+        return hold if cached is not None and cached.job.overlap in _HOLDABLE else 0
 
     def prepare(self, partition: Partition, live: Live) -> int:
         """Builds the dispatch message ahead of the fire (its deadline counts from due_ms).
@@ -176,6 +190,8 @@ class Firer:
     async def _fire(self, partition: Partition, lives: list[Live], stale: bool = False) -> None:
         lives = await self._take_slice(partition, lives, stale)
         now = self.clock.now_ms()
+        if self.tenants:
+            lives = self._gate(partition, lives, now)
         send: list[Live] = []
         skipped: list[Live] = []
         running = self.running.by_job
@@ -187,6 +203,53 @@ class Firer:
         if skipped:
             await self._skip(partition, skipped, now)
         self.dispatch(partition, send, now)
+
+    def _gate(self, partition: Partition, lives: list[Live], now: int) -> list[Live]:
+        """Applies the tenants' limits: returns the fires that may go now; the rest are armed
+        for their slots or wait for a running slot (see :mod:`._tenants`)."""
+        tenants = self.tenants
+        out: list[Live] = []
+        for live in lives:
+            ex = live.ex
+            if live.gate_due == ex.due_ms or not tenants.limited(ex.tenant):
+                out.append(live)  # admitted earlier and fired again at its slot, or unlimited
+                continue
+            arrival = max(ex.due_ms, now)
+            slot = tenants.admit(ex.tenant, ex.id, arrival, now, (partition, live))
+            if slot is not None:
+                self._admitted(partition, live, slot, now, out)
+        return out
+
+    def _admitted(
+        self, partition: Partition, live: Live, slot: int, now: int, out: list[Live]
+    ) -> None:
+        live.gate_due, live.slot_ms = live.ex.due_ms, slot
+        fire_at = slot - self._lead(partition, live)
+        if fire_at > now:
+            partition.arm_at(live, fire_at)
+        else:
+            out.append(live)
+
+    def _ended(self, execution_id: str) -> None:
+        """An execution ended or left: a tenant at its running cap may admit the next."""
+        if self.tenants.release(execution_id) and not self._drain_queued:
+            self._drain_queued = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_queued = False
+        self.let_go(self.tenants.drain(self.clock.now_ms()))
+
+    def let_go(self, admitted: list[Admitted[tuple[Partition, Live]]]) -> None:
+        """Fires that waited for a running slot: armed for their slots (the wheel fires them
+        through the overlap policy like any other)."""
+        now = self.clock.now_ms()
+        for a in admitted:
+            partition, live = a.item
+            if partition.live.get(live.ex.id) is not live or live.dispatched:
+                continue
+            live.gate_due, live.slot_ms = live.ex.due_ms, a.slot_ms
+            partition.arm_at(live, max(a.slot_ms - self._lead(partition, live), now))
 
     def _apply_overlap(
         self, partition: Partition, live: Live, send: list[Live], skipped: list[Live]
@@ -224,7 +287,7 @@ class Firer:
         dispatched = execution_pb2.EXECUTION_DISPATCHED
         for live in lives:
             ex = live.ex
-            if ex.due_ms > now and not live.hold_refused:
+            if live.instant() > now and not live.hold_refused:
                 early.append(live)
                 continue
             self._mark_dispatched(live, now)
@@ -234,7 +297,9 @@ class Firer:
             else:
                 running[job_id] = ex.id
             msg = live.message
-            if msg is None or msg.fencing_token != ex.fencing_token:
+            # A throttled one's message was built for an earlier instant: its deadline counts
+            # from now.
+            if msg is None or msg.fencing_token != ex.fencing_token or ex.throttled_ms:
                 cached = partition.jobs.get(job_id)
                 msg = dispatch_message(ex, cached.job if cached else None, now, self.config)
             live.message = None
@@ -250,7 +315,14 @@ class Firer:
         if live.buffered:
             live.buffered = False
             self.running.buffered.pop(live.ex.job_id, None)
-        live.ex.dispatched_ms = now
+        ex = live.ex
+        ex.dispatched_ms = now
+        if self.tenants:
+            self.tenants.running(ex.tenant, ex.id)
+        if live.gate_due == ex.due_ms:
+            ex.throttled_ms = max(0, live.slot_ms - ex.due_ms)
+        elif ex.throttled_ms:  # an earlier attempt's
+            ex.throttled_ms = 0
 
     def _hold(self, partition: Partition, lives: list[Live], now: int) -> None:
         """Fired ahead of their instant: a worker that can hold them gets them now; the rest
@@ -260,11 +332,12 @@ class Firer:
         for live in lives:
             ex = live.ex
             msg = live.message
-            if msg is None or msg.fencing_token != ex.fencing_token:
+            instant = live.instant()
+            if msg is None or msg.fencing_token != ex.fencing_token or instant != ex.due_ms:
                 cached = partition.jobs.get(ex.job_id)
                 job = cached.job if cached else None
-                msg = live.message = dispatch_message(ex, job, ex.due_ms, self.config)
-            msg.start_at_ms = ex.due_ms
+                msg = live.message = dispatch_message(ex, job, instant, self.config)
+            msg.start_at_ms = instant
             msgs.append(msg)
         refused = self.dispatcher.hold(msgs)
         back = {d.execution_id for d in refused}
@@ -275,7 +348,7 @@ class Firer:
                 live.hold_refused = True
                 if live.message is not None:
                     live.message.start_at_ms = 0
-                partition.arm_at(live, ex.due_ms)
+                partition.arm_at(live, live.instant())
                 continue
             self._mark_dispatched(live, now)
             live.message = None
@@ -290,6 +363,7 @@ class Firer:
         items, finals = [], []
         for live in lives:
             partition.live.pop(live.ex.id, None)
+            self._ended(live.ex.id)
             final = execution_pb2.Execution()
             final.CopyFrom(live.ex)
             final.state = execution_pb2.EXECUTION_SKIPPED

@@ -9,7 +9,7 @@ of the partitions this node runs, with the lookup from an execution id to its pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +33,14 @@ class Live:
     hold_refused: bool = False
     # Built when the claim lands (seconds before the fire), so firing only hands it over.
     message: worker_pb2.Dispatch | None = None
+    # Its tenant's limits gave it this slot for the due time ``gate_due`` (-1: not gated).
+    slot_ms: int = 0
+    gate_due: int = -1
+
+    def instant(self) -> int:
+        """When it may start: its due time, or the later slot its tenant's limits gave it."""
+        due = self.ex.due_ms
+        return self.slot_ms if self.gate_due == due and self.slot_ms > due else due
 
 
 class Firing(Protocol):
@@ -109,6 +117,8 @@ class RunningIndex:
     def __init__(self) -> None:
         self.by_job: dict[str, str | set[str]] = {}
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
+        #: Told of every execution that ends or leaves (the tenant limits' running counts).
+        self.on_discard: Callable[[str], None] | None = None
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.by_job
@@ -124,6 +134,8 @@ class RunningIndex:
 
     def discard(self, job_id: str, execution_id: str) -> None:
         """Forgets a dispatched execution of a job (and the job, when it has none left)."""
+        if self.on_discard is not None:
+            self.on_discard(execution_id)
         ids = self.by_job.get(job_id)
         if ids is None:
             return

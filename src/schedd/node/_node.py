@@ -35,6 +35,7 @@ from schedd.coord import (
     Session,
     init_cluster,
 )
+from schedd.coord._mirror import PrefixMirror
 from schedd.dispatch import DispatchConfig, Dispatcher
 from schedd.history import History, HistoryPruner, Position, comes_after, list_order
 from schedd.node._api import NodeApi, page_size
@@ -47,6 +48,7 @@ from schedd.node._notify import NotifyWatcher
 from schedd.node._partition import Partition
 from schedd.node._servicer import PeerServicer, SchedulerServicer
 from schedd.node._settling import Settler
+from schedd.node._tenants import describe_limits
 from schedd.node._upkeep import StoreUpkeep
 from schedd.node._views import advancement, matches, merge_executions
 from schedd.obs import Health, MetricsRecorder, NoopRecorder
@@ -56,6 +58,7 @@ from schedd.store import (
     Keys,
     PartitionStore,
     connect_etcd,
+    limits_by_tenant,
     parse_execution_id,
     partition_of,
 )
@@ -110,6 +113,7 @@ class Node:
         self._ownership: PartitionOwnership | None = None
         self._membership: Membership | None = None
         self._session: Session | None = None
+        self.tenant_limits: PrefixMirror | None = None
         self.health = Health()
 
     # -- start / stop ----------------------------------------------------------------------
@@ -147,6 +151,7 @@ class Node:
         self.api = NodeApi(self.jobs, self.views, self.clock)
         await self._serve()
         await self.dispatcher.start()
+        await self._watch_tenants()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
         self.upkeep = StoreUpkeep(self.kv, self.keys, cfg, self.clock, self.health, self.partitions)
         self._run_supervised("coordinate", self._coordinate)
@@ -158,6 +163,32 @@ class Node:
             pruner = HistoryPruner(self.history, self.clock, cfg.history_prune_interval_s)
             self._run_supervised("history prune", pruner.run)
         log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
+
+    async def _watch_tenants(self) -> None:
+        """Mirrors the tenants' limits into the firer's limiter; this node enforces the share
+        of them that its partitions are of all partitions."""
+        limiter = self.firer.tenants
+        partitions = self.partitions
+        limiter.share = lambda: len(partitions) / partitions.count
+
+        def is_live(execution_id: str) -> bool:
+            part = partitions.of_execution(execution_id)
+            return part is not None and execution_id in part.live
+
+        limiter.is_live = is_live
+        mirror = self.tenant_limits = PrefixMirror(
+            self.kv, self.keys.tenants_prefix(), clock=self.clock
+        )
+
+        def changed(_listed: bool) -> None:
+            limits = limits_by_tenant(list(mirror.items.values()))
+            if limits != limiter.limits():
+                log.info("tenant limits: %s", describe_limits(limits) or "none")
+            self.firer.let_go(limiter.set_limits(limits))
+            self.firer.let_go(limiter.drain(self.clock.now_ms()))
+
+        mirror.add_listener(changed)
+        await mirror.start()
 
     def _may_act(self) -> bool:
         """Whether this node's session is certainly alive (see ``Session.may_act``)."""
@@ -228,6 +259,8 @@ class Node:
         for p in self.partitions:
             await self._lost(p, reason)
         await self._close_session()
+        if self.tenant_limits is not None:
+            await self.tenant_limits.close()
         await self.dispatcher.stop(graceful, timeout)
         await self.server.stop(min(self.config.server_grace_s, timeout) if graceful else 0)
         await self.fanout.close()

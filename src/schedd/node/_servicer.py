@@ -88,6 +88,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def GetClusterStatus(self, request: Any, context: Any) -> Any:
         return await _call(self.api.cluster_status, request, context)
 
+    async def SetTenantLimits(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.set_tenant_limits, request, context)
+
+    async def GetTenantLimits(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.get_tenant_limits, request, context)
+
+    async def ListTenantLimits(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.list_tenant_limits, request, context)
+
+    async def DeleteTenantLimits(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.delete_tenant_limits, request, context)
+
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     """The internal node-to-node service: a thin adapter over :class:`PeerAnswers`."""

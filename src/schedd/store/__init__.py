@@ -36,6 +36,7 @@ from schedd.store._records import (
     decode_execution,
     encode_execution,
 )
+from schedd.store._tenants import TenantStore, decode_limits, limits_by_tenant
 from schedd.store._types import (
     Fence,
     KeyValue,
@@ -76,6 +77,7 @@ __all__ = [
     "PartitionStore",
     "RevisionCompacted",
     "StoredJob",
+    "TenantStore",
     "TxnRejected",
     "TxnResult",
     "WatchBatch",
@@ -83,10 +85,12 @@ __all__ = [
     "WatchEvent",
     "connect_etcd",
     "decode_execution",
+    "decode_limits",
     "encode_execution",
     "execution_from",
     "execution_id",
     "execution_template",
+    "limits_by_tenant",
     "new_execution",
     "parse_execution_id",
     "partition_of",

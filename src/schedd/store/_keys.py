@@ -13,6 +13,8 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
     dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
     idem/{tenant}/{key}               job id (idempotent create)
+    tenants/{tenant}                  TenantLimits protobuf (rate, burst, max_running); every node
+                                      mirrors the prefix
 
 Numbers are zero-padded so that key order is time order: a range scan of ``due/p/`` up to
 ``due/p/{now+W}`` costs what is due, not what is stored.
@@ -81,6 +83,12 @@ class Keys:
 
     def parse_notify_key(self, key: bytes) -> int:
         return int(key[len(self.notify_prefix()) :])
+
+    def tenants_prefix(self) -> bytes:
+        return self.prefix + b"tenants/"
+
+    def tenant_key(self, tenant: str) -> bytes:
+        return self.tenants_prefix() + tenant.encode()
 
     def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
         return self.prefix + f"idem/{tenant}/".encode() + idempotency_key.encode()

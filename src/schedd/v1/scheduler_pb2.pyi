@@ -26,6 +26,138 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class TenantLimits(_message.Message):
+    """How fast and how much of one tenant's work runs, cluster-wide. A fire over a limit is
+    not dropped: it waits, in order, and its execution records how long (throttled_ms).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    RATE_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_FIELD_NUMBER: _builtins.int
+    UPDATED_MS_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    rate: _builtins.float
+    """Fires (attempts) handed out per second; 0: no rate limit."""
+    burst: _builtins.int
+    """How many may go at once before the rate paces them; 0 with a rate: one second's worth."""
+    max_running: _builtins.int
+    """Executions handed out and not finished at once (held ahead counts); 0: no limit."""
+    updated_ms: _builtins.int
+    """When the limits were last set (ms since the epoch); output only."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        rate: _builtins.float = ...,
+        burst: _builtins.int = ...,
+        max_running: _builtins.int = ...,
+        updated_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["burst", b"burst", "max_running", b"max_running", "rate", b"rate", "tenant", b"tenant", "updated_ms", b"updated_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantLimits: _TypeAlias = TenantLimits  # noqa: Y015
+
+@_typing.final
+class SetTenantLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def limits(self) -> Global___TenantLimits: ...
+    def __init__(
+        self,
+        *,
+        limits: Global___TenantLimits | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetTenantLimitsRequest: _TypeAlias = SetTenantLimitsRequest  # noqa: Y015
+
+@_typing.final
+class GetTenantLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTenantLimitsRequest: _TypeAlias = GetTenantLimitsRequest  # noqa: Y015
+
+@_typing.final
+class ListTenantLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTenantLimitsRequest: _TypeAlias = ListTenantLimitsRequest  # noqa: Y015
+
+@_typing.final
+class ListTenantLimitsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tenants(self) -> _containers.RepeatedCompositeFieldContainer[Global___TenantLimits]: ...
+    def __init__(
+        self,
+        *,
+        tenants: _abc.Iterable[Global___TenantLimits] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenants", b"tenants"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTenantLimitsResponse: _TypeAlias = ListTenantLimitsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteTenantLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteTenantLimitsRequest: _TypeAlias = DeleteTenantLimitsRequest  # noqa: Y015
+
+@_typing.final
 class MissingNode(_message.Message):
     """A live node that did not answer a cluster-wide request in time: the answer lacks its part."""
 

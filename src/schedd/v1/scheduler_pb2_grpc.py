@@ -116,6 +116,26 @@ class SchedulerStub:
                 request_serializer=schedd_dot_v1_dot_scheduler__pb2.GetClusterStatusRequest.SerializeToString,
                 response_deserializer=schedd_dot_v1_dot_scheduler__pb2.ClusterStatus.FromString,
                 _registered_method=True)
+        self.SetTenantLimits = channel.unary_unary(
+                '/schedd.v1.Scheduler/SetTenantLimits',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.SetTenantLimitsRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+                _registered_method=True)
+        self.GetTenantLimits = channel.unary_unary(
+                '/schedd.v1.Scheduler/GetTenantLimits',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.GetTenantLimitsRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+                _registered_method=True)
+        self.ListTenantLimits = channel.unary_unary(
+                '/schedd.v1.Scheduler/ListTenantLimits',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListTenantLimitsRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListTenantLimitsResponse.FromString,
+                _registered_method=True)
+        self.DeleteTenantLimits = channel.unary_unary(
+                '/schedd.v1.Scheduler/DeleteTenantLimits',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.DeleteTenantLimitsRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -233,6 +253,32 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTenantLimits(self, request, context):
+        """A tenant's limits, enforced by every node on its share (see TenantLimits). Set replaces
+        the tenant's limits whole; Delete lifts them (NOT_FOUND when the tenant had none).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenantLimits(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenantLimits(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTenantLimits(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +361,26 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetClusterStatus,
                     request_deserializer=schedd_dot_v1_dot_scheduler__pb2.GetClusterStatusRequest.FromString,
                     response_serializer=schedd_dot_v1_dot_scheduler__pb2.ClusterStatus.SerializeToString,
+            ),
+            'SetTenantLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantLimits,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.SetTenantLimitsRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.SerializeToString,
+            ),
+            'GetTenantLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenantLimits,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.GetTenantLimitsRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.SerializeToString,
+            ),
+            'ListTenantLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenantLimits,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListTenantLimitsRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.ListTenantLimitsResponse.SerializeToString,
+            ),
+            'DeleteTenantLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTenantLimits,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.DeleteTenantLimitsRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -749,6 +815,114 @@ class Scheduler:
             '/schedd.v1.Scheduler/GetClusterStatus',
             schedd_dot_v1_dot_scheduler__pb2.GetClusterStatusRequest.SerializeToString,
             schedd_dot_v1_dot_scheduler__pb2.ClusterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/SetTenantLimits',
+            schedd_dot_v1_dot_scheduler__pb2.SetTenantLimitsRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenantLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/GetTenantLimits',
+            schedd_dot_v1_dot_scheduler__pb2.GetTenantLimitsRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenantLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/ListTenantLimits',
+            schedd_dot_v1_dot_scheduler__pb2.ListTenantLimitsRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.ListTenantLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTenantLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/DeleteTenantLimits',
+            schedd_dot_v1_dot_scheduler__pb2.DeleteTenantLimitsRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
             options,
             channel_credentials,
             insecure,

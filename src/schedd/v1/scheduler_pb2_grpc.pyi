@@ -74,6 +74,13 @@ class SchedulerStub:
     """
     GetClusterStatus: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _scheduler_pb2.ClusterStatus]
     """Cluster-wide (each node's own view, workers merged), unless local_only."""
+    SetTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.SetTenantLimitsRequest, _scheduler_pb2.TenantLimits]
+    """A tenant's limits, enforced by every node on its share (see TenantLimits). Set replaces
+    the tenant's limits whole; Delete lifts them (NOT_FOUND when the tenant had none).
+    """
+    GetTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetTenantLimitsRequest, _scheduler_pb2.TenantLimits]
+    ListTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListTenantLimitsRequest, _scheduler_pb2.ListTenantLimitsResponse]
+    DeleteTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.DeleteTenantLimitsRequest, _scheduler_pb2.TenantLimits]
 
 @_typing.type_check_only
 class SchedulerAsyncStub(SchedulerStub):
@@ -114,6 +121,13 @@ class SchedulerAsyncStub(SchedulerStub):
     """
     GetClusterStatus: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _scheduler_pb2.ClusterStatus]  # type: ignore[assignment]
     """Cluster-wide (each node's own view, workers merged), unless local_only."""
+    SetTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.SetTenantLimitsRequest, _scheduler_pb2.TenantLimits]  # type: ignore[assignment]
+    """A tenant's limits, enforced by every node on its share (see TenantLimits). Set replaces
+    the tenant's limits whole; Delete lifts them (NOT_FOUND when the tenant had none).
+    """
+    GetTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetTenantLimitsRequest, _scheduler_pb2.TenantLimits]  # type: ignore[assignment]
+    ListTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListTenantLimitsRequest, _scheduler_pb2.ListTenantLimitsResponse]  # type: ignore[assignment]
+    DeleteTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.DeleteTenantLimitsRequest, _scheduler_pb2.TenantLimits]  # type: ignore[assignment]
 
 class SchedulerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -247,5 +261,36 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.ClusterStatus, _abc.Awaitable[_scheduler_pb2.ClusterStatus]]:
         """Cluster-wide (each node's own view, workers merged), unless local_only."""
+
+    @_abc_1.abstractmethod
+    def SetTenantLimits(
+        self,
+        request: _scheduler_pb2.SetTenantLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.TenantLimits, _abc.Awaitable[_scheduler_pb2.TenantLimits]]:
+        """A tenant's limits, enforced by every node on its share (see TenantLimits). Set replaces
+        the tenant's limits whole; Delete lifts them (NOT_FOUND when the tenant had none).
+        """
+
+    @_abc_1.abstractmethod
+    def GetTenantLimits(
+        self,
+        request: _scheduler_pb2.GetTenantLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.TenantLimits, _abc.Awaitable[_scheduler_pb2.TenantLimits]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTenantLimits(
+        self,
+        request: _scheduler_pb2.ListTenantLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ListTenantLimitsResponse, _abc.Awaitable[_scheduler_pb2.ListTenantLimitsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteTenantLimits(
+        self,
+        request: _scheduler_pb2.DeleteTenantLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.TenantLimits, _abc.Awaitable[_scheduler_pb2.TenantLimits]]: ...
 
 def add_SchedulerServicer_to_server(servicer: SchedulerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,96 @@
+"""``schedctl tenant set|get|list|delete``: per-tenant rate and concurrency limits."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from schedd.cli._context import output_option, settings
+from schedd.cli._output import console, emit, local_time, rows_table
+from schedd.client import tenant_limits_to_dict
+from schedd.v1 import scheduler_pb2
+
+_COLUMNS = ("TENANT", "RATE/S", "BURST", "MAX RUNNING", "UPDATED")
+
+
+def _table(limits: list[scheduler_pb2.TenantLimits]) -> Table:
+    rows = [
+        (
+            t.tenant,
+            f"{t.rate:g}" if t.rate else "unlimited",
+            t.burst if t.rate else "-",
+            t.max_running or "unlimited",
+            local_time(t.updated_ms),
+        )
+        for t in limits
+    ]
+    return rows_table(_COLUMNS, rows)
+
+
+def _emit(limits: list[scheduler_pb2.TenantLimits], one: bool) -> None:
+    fmt = settings().output
+    if fmt == "table":
+        console().print(_table(limits))
+        return
+    dicts = [tenant_limits_to_dict(t) for t in limits]
+    emit(fmt, dicts[0] if one else dicts)
+
+
+@click.group("tenant")
+def tenant_group() -> None:
+    """Per-tenant limits: fires per second and executions at once, cluster-wide."""
+
+
+@tenant_group.command("set")
+@click.argument("tenant")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0),
+    default=0,
+    help="Fires handed out per second (0: no rate limit).",
+)
+@click.option(
+    "--burst",
+    type=click.IntRange(min=0),
+    default=0,
+    help="How many may go at once before the rate paces them [default: a second's worth].",
+)
+@click.option(
+    "--max-running",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Executions handed out and unfinished at once (0: no limit).",
+)
+@output_option
+def tenant_set(tenant: str, rate: float, burst: int, max_running: int) -> None:
+    """Set TENANT's limits, replacing what it had. Fires over a limit are not dropped: they
+    wait, in order, and each execution records how long (``throttled_ms``)."""
+    limits = (
+        settings()
+        .client()
+        .set_tenant_limits(tenant, rate=rate, burst=burst, max_running=max_running)
+    )
+    _emit([limits], one=True)
+
+
+@tenant_group.command("get")
+@click.argument("tenant")
+@output_option
+def tenant_get(tenant: str) -> None:
+    """Show TENANT's limits (exit 3 when it has none)."""
+    _emit([settings().client().get_tenant_limits(tenant)], one=True)
+
+
+@tenant_group.command("list")
+@output_option
+def tenant_list() -> None:
+    """Every tenant that has limits."""
+    _emit(settings().client().list_tenant_limits(), one=False)
+
+
+@tenant_group.command("delete")
+@click.argument("tenant")
+@output_option
+def tenant_delete(tenant: str) -> None:
+    """Lift TENANT's limits; its waiting fires go at once (exit 3 when it had none)."""
+    _emit([settings().client().delete_tenant_limits(tenant)], one=True)
