@@ -80,6 +80,8 @@ def workloads(names: Sequence[str], quick: bool) -> list[Workload]:
                 Workload(f"overload{k}x", "overload", 0, duration_s=window_s, factor=float(k))
                 for k in ("1.5", "3")
             )
+        elif name == "tenants":
+            out.append(Workload(name, "tenants", 0))
         elif name.startswith("sustained") and name[9:-1].isdigit() and name.endswith("k"):
             rate, secs = int(name[9:-1]) * 1000, 5 if quick else 15
             out.append(

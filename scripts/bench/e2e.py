@@ -1,7 +1,7 @@
 """End-to-end benchmark: schedd (real etcd, node and worker processes) against APScheduler 3.
 
     .venv/bin/python scripts/bench/e2e.py [--quick] [--systems schedd,apscheduler3]
-        [--workloads burst1k,burst10k,burst100k,spread10k,sustained,overload]
+        [--workloads burst1k,burst10k,burst100k,spread10k,sustained,overload,tenants]
         [--capacity-rate N]
 
 Per workload, lateness is measured from an execution's scheduled instant to the moment its
@@ -9,7 +9,8 @@ no-op handler starts (``time.time_ns()`` in the handler; every process is on thi
 one wall clock). A human table goes to stderr as rows finish; the last stdout line is one JSON
 object ``{"bench": "e2e", "results": [...], "ratios": {...}, "targets": {...}}``.
 See ``_e2e_schedd.py`` (schedd method), ``_e2e_overload.py`` (the overload workloads, schedd
-only) and ``_e2e_aps.py`` (baseline) for what is measured how. Each schedd row also carries the
+only), ``_e2e_tenants.py`` (a rate-limited tenant's herd beside a small tenant, schedd only)
+and ``_e2e_aps.py`` (baseline) for what is measured how. Each schedd row also carries the
 CPU-µs per fire of the node, the worker and etcd (``*_cpu_us_per_fire``, from each process's
 own CPU time over the measured window) and, for bursts, resident memory per job.
 """
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _e2e_common import Result, Workload, say, table_header, table_row, workloads
 
-ALL = "burst1k,burst10k,burst100k,spread10k,sustained,overload"  # or sustained3k: one rate
+ALL = "burst1k,burst10k,burst100k,spread10k,sustained,overload,tenants"  # or sustained3k: one rate
 APS_SCRIPT = Path(__file__).resolve().parent / "_e2e_aps.py"
 
 
@@ -115,7 +116,38 @@ def summarize(results: list[Result]) -> tuple[dict[str, Any], dict[str, Any]]:
     from _e2e_overload import summarize as overload_targets
 
     targets.update(overload_targets(results))
+    from _e2e_tenants import summarize as tenants_summary
+
+    tenant_ratios, tenant_targets = tenants_summary(results)
+    ratios.update(tenant_ratios)
+    targets.update(tenant_targets)
     return ratios, targets
+
+
+def _capacity_row(
+    w: Workload, root: Path, children: Any, args: argparse.Namespace, results: list[Result]
+) -> tuple[Result, float]:
+    """The capacity step, and C: the highest sustained rate that held in this run (p99 <=
+    100 ms, none lost); without a sustained ladder, the probe's throughput under saturation
+    (which claims far ahead and batches: it overstates what holds on time)."""
+    from _e2e_overload import measure_capacity
+
+    r = measure_capacity(w, root / f"schedd-{w.name}", children, args.capacity, args.prefetch)
+    held = [
+        x.n
+        for x in results
+        if x.system == "schedd"
+        and x.workload.startswith("sustained")
+        and x.p99_ms is not None
+        and x.p99_ms <= 100
+        and x.lost == 0
+    ]
+    capacity_rate = max(held) if held else (r.fires_per_s or 0.0)
+    r.extra["capacity_taken_per_s"] = capacity_rate
+    r.extra["saturated_over_sustained"] = (
+        round((r.fires_per_s or 0.0) / max(held), 3) if held else None
+    )
+    return r, capacity_rate
 
 
 def main() -> int:
@@ -160,37 +192,15 @@ def main() -> int:
     say(f"e2e: workloads {[w.name for w in wl]}, systems {systems}, data in {root}")
     say(table_header())
     est = None
-    capacity_rate = args.capacity_rate
-    if capacity_rate is not None:
-        wl = [w for w in wl if w.kind != "capacity"]
+    capacity_rate = args.capacity_rate  # given: the capacity step does not run
+    wl = [w for w in wl if capacity_rate is None or w.kind != "capacity"]
     try:
         for w in wl:
             for system in systems:
-                if w.kind in ("capacity", "overload") and system != "schedd":
+                if w.kind in ("capacity", "overload", "tenants") and system != "schedd":
                     continue  # the overload workloads measure schedd against itself
                 if w.kind == "capacity":
-                    from _e2e_overload import measure_capacity
-
-                    r = measure_capacity(
-                        w, root / f"schedd-{w.name}", children, args.capacity, args.prefetch
-                    )
-                    # C: the highest sustained rate that held in this run (p99 <= 100 ms, none
-                    # lost); without a sustained ladder, the probe's throughput under saturation
-                    # (which claims far ahead and batches: it overstates what holds on time).
-                    held = [
-                        x.n
-                        for x in results
-                        if x.system == "schedd"
-                        and x.workload.startswith("sustained")
-                        and x.p99_ms is not None
-                        and x.p99_ms <= 100
-                        and x.lost == 0
-                    ]
-                    capacity_rate = max(held) if held else (r.fires_per_s or 0.0)
-                    r.extra["capacity_taken_per_s"] = capacity_rate
-                    r.extra["saturated_over_sustained"] = (
-                        round((r.fires_per_s or 0.0) / max(held), 3) if held else None
-                    )
+                    r, capacity_rate = _capacity_row(w, root, children, args, results)
                 elif w.kind == "overload":
                     from _e2e_overload import run_overload
 
@@ -204,6 +214,17 @@ def main() -> int:
                         children,
                         args.capacity,
                         args.prefetch,
+                    )
+                elif w.kind == "tenants":
+                    from _e2e_tenants import run_tenants
+
+                    r = run_tenants(
+                        w,
+                        root / "schedd-tenants",
+                        children,
+                        args.capacity,
+                        args.prefetch,
+                        args.quick,
                     )
                 elif system == "apscheduler3":
                     r = run_aps(w, root / f"aps-{w.name}.log")
