@@ -11,7 +11,9 @@ import asyncio
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -108,6 +110,76 @@ async def test_a_tenant_over_its_rate_is_spread_and_another_is_not_slowed(
     assert throttled[-1] > 2000, throttled[-5:]
     b_runs = await kinds.client.list_executions(tenant="b", limit=200)
     assert b_runs and all(r.throttled_ms == 0 for r in b_runs)
+
+
+async def test_the_issue_herd_a_20k_at_2k_per_second_beside_b_unthrottled(
+    kinds: KindsCluster, tmp_path: Path
+) -> None:
+    """The issue's shape at full size: A's 20,000 fires due at one second under a 2,000/s
+    limit, B's 200 at that second with none. B alone first (its unthrottled figure), then
+    both; a handler records each start."""
+    log = tmp_path / "starts.txt"
+    await kinds.start(
+        "--import", "jobs.herd_handlers", capacity=1024, env={"SCHEDD_HERD_LOG": str(log)}
+    )
+    await kinds.client.set_tenant_limits("A", rate=2000, burst=200)
+
+    async def herd(a_n: int, b_n: int, lead_s: float) -> tuple[float, dict[str, Starts]]:
+        schedule, t = at_second(lead_s)
+        jobs = [
+            build_job(f"A-{i}", schedule=schedule, tenant="A", handler="mark") for i in range(a_n)
+        ]
+        jobs += [
+            build_job(f"B-{i}", schedule=schedule, tenant="B", handler="mark") for i in range(b_n)
+        ]
+        made = await kinds.client.create_jobs(jobs)
+        assert not any(isinstance(m, Exception) for m in made)
+        assert time.time() < t - 1, "creating the jobs took too long for the test's lead"
+        ids = {m.id for m in made if not isinstance(m, Exception)}
+        await eventually(
+            lambda: asyncio.sleep(0, _starts(log, ids)),
+            lambda st: len(st) >= a_n + b_n,
+            timeout=60,
+            what=f"{a_n + b_n} starts",
+        )
+        await asyncio.sleep(1.0)  # anything started twice is in the log by now
+        return t, _starts(log, ids)
+
+    t1, alone = await herd(0, 200, 5)
+    t2, both = await herd(20_000, 200, 8)
+    for starts in (alone, both):
+        assert all(len(st.ns) == 1 for st in starts.values()), "an execution started twice"
+    assert len(alone) == 200 and len(both) == 20_200, "a fire was lost"
+    b_alone = p99([st.ns[0] / 1e9 - t1 for st in alone.values()])
+    b_both = p99([st.ns[0] / 1e9 - t2 for st in both.values() if st.tenant == "B"])
+    a_starts = sorted(st.ns[0] for st in both.values() if st.tenant == "A")
+    paced = a_starts[200:]  # after the burst
+    rate = (len(paced) - 1) / ((paced[-1] - paced[0]) / 1e9)
+    print(
+        f"B p99 alone {b_alone * 1000:.1f} ms, beside A's herd {b_both * 1000:.1f} ms;"
+        f" A at {rate:.1f}/s"
+    )
+    assert 1800 <= rate <= 2200, f"A spread at {rate:.0f}/s, not 2000/s ± 10%"
+    # B stays within its unthrottled figure (CI machines are noisy: 50 ms of slack).
+    assert b_both <= b_alone + 0.05, (b_alone, b_both)
+
+
+@dataclass
+class Starts:
+    tenant: str
+    ns: list[int] = field(default_factory=list)
+
+
+def _starts(log: Path, ids: set[str]) -> dict[str, Starts]:
+    """Per execution of these jobs: its tenant and every start time (ns) the handler logged."""
+    out: dict[str, Starts] = {}
+    if not log.exists():
+        return out
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].rpartition("@")[0] in ids:
+            out.setdefault(parts[0], Starts(parts[1])).ns.append(int(parts[2]))
+    return out
 
 
 async def test_a_tenant_at_its_running_cap_waits_and_others_do_not(kinds: KindsCluster) -> None:
