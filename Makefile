@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # etcd's server binary; Debian's etcd-server package when it is not on PATH. The tests also
-# use faketime (a node with a skewed clock) and openssl (certificates for TLS to etcd):
-# installed too when missing, but not required.
+# use faketime (a node with a skewed clock), openssl (certificates for TLS to etcd) and
+# promtool (Debian's prometheus package: checks cluster/prometheus): installed too when
+# missing, but not required.
 etcd:
 	@command -v etcd >/dev/null 2>&1 || { \
 	  echo "installing etcd-server (apt-get)"; \
@@ -32,6 +33,11 @@ etcd:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssl >/dev/null 2>&1 || \
 	  echo "openssl not installed: the etcd TLS tests will be skipped"; }
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; } || \
+	  echo "promtool not installed: the Prometheus rule tests will be skipped (outside CI)"; }
 
 proto: $(STAMP)
 	PYTHON=$(PY) scripts/gen_proto.sh
