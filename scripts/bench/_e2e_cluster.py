@@ -34,6 +34,8 @@ NODE_ID = "bench"
 LOG_LEVEL = os.environ.get("SCHEDD_BENCH_LOG", "warning")
 #: Extra ``schedd node`` flags for a tuning experiment (``SCHEDD_BENCH_NODE_ARGS``).
 NODE_ARGS = os.environ.get("SCHEDD_BENCH_NODE_ARGS", "").split()
+#: Extra ``schedd worker`` flags (``SCHEDD_BENCH_WORKER_ARGS``), e.g. ``--metrics-listen``.
+WORKER_ARGS = os.environ.get("SCHEDD_BENCH_WORKER_ARGS", "").split()
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -181,7 +183,7 @@ class Cluster:
             [*SCHEDD, "--log-level", LOG_LEVEL, "worker", "--connect", self.address,
              "--import", "_e2e_handlers", "--worker-id", "bench-worker",
              "--capacity", str(self.capacity), "--prefetch", str(self.prefetch),
-             "--data-dir", str(self.root / "worker")],
+             "--data-dir", str(self.root / "worker"), *WORKER_ARGS],
             self.root / "worker.log", env,
         )  # fmt: skip
         self._wait_ready(timeout_s)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,9 @@ def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
         )
         assert created.returncode == 0, created.stderr
         job_id = json.loads(created.stdout)["id"]
+        metrics = next(ln for ln in lines if ln.strip().startswith("metrics"))
+        url = metrics.split()[1]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), metrics
         for _ in range(100):
             runs = _ctl(listen, "run", "list", "--job", job_id, "-o", "json")
             if runs.returncode == 0 and any(
@@ -73,6 +77,10 @@ def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
             raise AssertionError(
                 f"the demo worker did not run the job: {runs.stdout} {runs.stderr}"
             )
+        # The dev node serves the node's and the worker's metrics together.
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        assert "schedd_fires_total" in text and "schedd_start_lateness_seconds_count" in text
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)

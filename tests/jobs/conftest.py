@@ -101,12 +101,16 @@ class KindsCluster:
         return t
 
     async def start(
-        self, *worker_args: str, capacity: int = 32, env: dict[str, str] | None = None
+        self,
+        *worker_args: str,
+        capacity: int = 32,
+        env: dict[str, str] | None = None,
+        node_args: tuple[str, ...] = (),
     ) -> None:
         node = [
             *SCHEDD, "node", "--etcd", self.etcd, "--listen", self.address,
             "--node-id", "n0", "--data-dir", str(self.root / "n0"), "--partitions", "4",
-            "--prefix", self.prefix,
+            "--prefix", self.prefix, *node_args,
         ]  # fmt: skip
         worker = [
             *SCHEDD, "worker", "--connect", self.address, "--worker-id", "w0",

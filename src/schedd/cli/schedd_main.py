@@ -8,8 +8,9 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -40,6 +41,33 @@ def _setup_logging(level: str) -> None:
 def main(log_level: str) -> None:
     """schedd: a distributed job scheduler."""
     _setup_logging(log_level)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _check_listen(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    port = value.rpartition(":")[2]
+    if value and (not port.isdigit() or not 0 <= int(port) <= 65535):
+        raise click.BadParameter(f"give HOST:PORT, got {value!r}")
+    return value
+
+
+def metrics_option(func: F | None = None, *, default: str = "") -> Any:
+    """``--metrics-listen HOST:PORT``: serve Prometheus metrics at /metrics ("": off)."""
+
+    def wrap(f: F) -> F:
+        return click.option(
+            "--metrics-listen",
+            envvar="SCHEDD_METRICS_LISTEN",
+            default=default,
+            show_default=bool(default),
+            callback=_check_listen,
+            help="serve Prometheus metrics at http://HOST:PORT/metrics"
+            + (" ('' turns it off)" if default else " (default: off)"),
+        )(f)
+
+    return wrap(func) if func is not None else wrap
 
 
 @main.command()
@@ -160,10 +188,12 @@ def main(log_level: str) -> None:
     help="name the etcd members' certificates are verified against (TLS with several"
     " --etcd endpoints; default: the endpoints' host name when they share one)",
 )
+@metrics_option
 def node(
     etcd_endpoints: str,
     listen: str,
     advertise: str,
+    metrics_listen: str,
     node_id: str | None,
     data_dir: str | None,
     partitions: int,
@@ -214,6 +244,7 @@ def node(
         node_id=nid,
         listen=listen,
         advertise=advertise,
+        metrics_listen=metrics_listen,
         etcd=etcd,
         prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
         partitions=partitions,
@@ -276,6 +307,7 @@ def node(
     help="connect to every live node the given ones name (nodes that join later too)",
 )
 @job_kind_options
+@metrics_option
 def worker(
     connect: tuple[str, ...],
     queues: tuple[str, ...],
@@ -285,6 +317,7 @@ def worker(
     prefetch: int,
     data_dir: str | None,
     discover: bool,
+    metrics_listen: str,
     **kinds: Any,
 ) -> None:
     """Run a worker: the handlers the given modules register, HTTP jobs (unless --no-http)
@@ -305,6 +338,7 @@ def worker(
             discover,
             http=http,
             shell=shell,
+            metrics_listen=metrics_listen,
         )
     )
 
@@ -315,14 +349,17 @@ def worker(
 )
 @click.option("--listen", default="127.0.0.1:7070", show_default=True)
 @job_kind_options
-def dev(data_dir: str, listen: str, **kinds: Any) -> None:
+@metrics_option(default="127.0.0.1:9464")  # type: ignore[untyped-decorator]
+def dev(data_dir: str, listen: str, metrics_listen: str, **kinds: Any) -> None:
     """Start etcd, a node and a worker with demo handlers (echo, sleep, fail, flaky) that runs
     HTTP jobs too (shell jobs with --allow-shell)."""
     from schedd.dev._cluster import run_dev
 
     http, shell = job_kind_configs(kinds)
     try:
-        sys.exit(run_dev(Path(data_dir), listen, http=http, shell=shell))
+        sys.exit(
+            run_dev(Path(data_dir), listen, http=http, shell=shell, metrics_listen=metrics_listen)
+        )
     except (SchedError, RuntimeError) as exc:
         click.echo(f"schedd dev: {exc}", err=True)
         sys.exit(1)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
+from schedd.obs._prometheus import PrometheusRecorder
 from schedd.store import EtcdConfig
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ schedd dev is running:
   etcd    {etcd}   (data in {data})
   node    {node}   (gRPC: client API and worker streams)
   worker  {worker} (handlers: echo, sleep, fail, flaky; {kinds})
+  metrics {metrics}
 
 Try, in another terminal (source .venv/bin/activate first):
   schedctl job create hello --schedule '*/5 * * * * *' --handler echo --payload '{{"msg": "hi"}}'
@@ -48,7 +50,11 @@ def _etcd_ports() -> tuple[int | None, int | None]:
 
 
 async def _run(
-    data_dir: Path, listen: str, http: HttpConfig | None, shell: ShellConfig | None
+    data_dir: Path,
+    listen: str,
+    http: HttpConfig | None,
+    shell: ShellConfig | None,
+    metrics_listen: str,
 ) -> int:
     from schedd.dev.demo_handlers import register
     from schedd.worker import Worker, WorkerConfig
@@ -56,6 +62,13 @@ async def _run(
 
     client_port, peer_port = _etcd_ports()
     etcd = EtcdProcess(data_dir / "etcd", client_port=client_port, peer_port=peer_port)
+    # One registry for the node and the worker of this process, served by the node; on
+    # another port when the default one is taken (a second dev cluster, a local exporter).
+    recorder = PrometheusRecorder(("node", "worker")) if metrics_listen else None
+    host, _, port = metrics_listen.rpartition(":")
+    if metrics_listen and port != "0" and not port_is_free(int(port), host or "127.0.0.1"):
+        log.warning("metrics port %s is taken: serving metrics on another one", port)
+        metrics_listen = f"{host}:0"
     await asyncio.to_thread(etcd.start)
     node = Node(
         NodeConfig(
@@ -64,7 +77,9 @@ async def _run(
             etcd=EtcdConfig(endpoints=(etcd.endpoint,)),
             data_dir=data_dir / "node",
             partitions=8,
-        )
+            metrics_listen=metrics_listen,
+        ),
+        recorder=recorder,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -76,7 +91,8 @@ async def _run(
         worker = Worker(
             WorkerConfig(
                 endpoints=(node.address,), worker_id="dev-worker", data_dir=data_dir / "worker"
-            )
+            ),
+            recorder=recorder,
         )
         register(worker)
         if http is not None:
@@ -93,6 +109,7 @@ async def _run(
                 node=node.address,
                 worker="dev-worker",
                 kinds=_kinds_text(http, shell),
+                metrics=_metrics_text(node),
             ),
             flush=True,
         )
@@ -109,6 +126,11 @@ async def _run(
         await asyncio.to_thread(etcd.stop)
 
 
+def _metrics_text(node: Node) -> str:
+    server = node.metrics_server
+    return f"http://{server.address}/metrics" if server is not None else "off (--metrics-listen)"
+
+
 def _kinds_text(http: HttpConfig | None, shell: ShellConfig | None) -> str:
     parts = ["HTTP jobs" if http is not None else "no HTTP jobs (--no-http)"]
     parts.append("shell jobs" if shell is not None else "no shell jobs (--allow-shell)")
@@ -121,9 +143,10 @@ def run_dev(
     *,
     http: HttpConfig | None = None,
     shell: ShellConfig | None = None,
+    metrics_listen: str = "",
 ) -> int:
     """Runs the dev cluster until Ctrl-C or SIGTERM; returns the exit code.
 
     The worker runs the demo handlers, HTTP jobs with ``http`` and shell jobs with ``shell``.
     """
-    return asyncio.run(_run(data_dir.resolve(), listen, http, shell))
+    return asyncio.run(_run(data_dir.resolve(), listen, http, shell, metrics_listen))

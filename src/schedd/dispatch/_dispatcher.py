@@ -212,6 +212,18 @@ class Dispatcher:
         """Dispatches waiting for an eligible worker with credits."""
         return len(self._pending)
 
+    def pending_by_queue(self) -> dict[str, int]:
+        """Dispatches waiting for a worker, per queue."""
+        return self._pending.by_queue()
+
+    def in_flight_count(self) -> int:
+        """Executions out on workers (held ahead of their instant included)."""
+        return len(self._in_flight)
+
+    def settle_backlog(self) -> int:
+        """Results received and not yet settled."""
+        return self._settler.backlog_count()
+
     def worker_ids(self) -> set[str]:
         """The workers with an open stream here that are not silent."""
         return {s.worker_id for s in self._sessions.values() if not (s.closed or s.silent)}

@@ -123,6 +123,13 @@ class PendingDispatches:
         """Drop a pending dispatch; returns it, or None if it was not pending."""
         return self._by_id.pop(execution_id, None)
 
+    def by_queue(self) -> dict[str, int]:
+        """How many wait per queue (for metrics: a pass over every pending dispatch)."""
+        out: dict[str, int] = {}
+        for d in self._by_id.values():
+            out[d.queue] = out.get(d.queue, 0) + 1
+        return out
+
     def routes(self) -> Iterator[Route]:
         """Routes that may hold live dispatches (a snapshot: safe to pop while iterating)."""
         return iter(list(self._routes))

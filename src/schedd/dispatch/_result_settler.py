@@ -59,6 +59,10 @@ class ResultSettler:
             "schedd-settler", self._run, clock, config.restart_delay_ms / 1000.0
         )
 
+    def backlog_count(self) -> int:
+        """Results received and not yet handed to the authority."""
+        return sum(len(results) for _session, results in self._queued)
+
     def queue(self, session: WorkerSession, results: list[worker_pb2.Result]) -> None:
         """Queue results that arrived on ``session``; never blocks."""
         self._queued.append((session, results))

@@ -16,6 +16,7 @@ class NodeConfig:
         node_id: unique and stable per node (its partitions and history are keyed by it).
         listen: ``host:port`` of the gRPC server (client API and worker streams).
         advertise: address other parties should use; defaults to ``listen``.
+        metrics_listen: ``host:port`` of the Prometheus ``/metrics`` endpoint ("": none).
         etcd: how to reach etcd.
         prefix: etcd key prefix of this cluster.
         partitions: P, fixed at cluster init (later nodes use the stored value).
@@ -73,6 +74,7 @@ class NodeConfig:
     node_id: str
     listen: str = "127.0.0.1:7070"
     advertise: str = ""
+    metrics_listen: str = ""
     etcd: EtcdConfig = field(default_factory=EtcdConfig)
     prefix: bytes = DEFAULT_PREFIX
     partitions: int = 64

@@ -20,6 +20,7 @@ from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.node._live import Live, RunningIndex
 from schedd.node._tenants import Admitted, TenantLimiter
+from schedd.obs import MetricsRecorder
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class Firer:
         self.tenants: TenantLimiter[tuple[Partition, Live]] = TenantLimiter()
         self.running.on_discard = self._ended
         self._drain_queued = False
+        #: Where fires are reported (metrics); None: nowhere, at no cost.
+        self.recorder: MetricsRecorder | None = None
 
     def dispatch_backlogged(self) -> bool:
         """The dispatch queue holds ``max_dispatch_backlog`` executions or more: partitions
@@ -218,6 +221,8 @@ class Firer:
             slot = tenants.admit(ex.tenant, ex.id, arrival, now, (partition, live))
             if slot is not None:
                 self._admitted(partition, live, slot, now, out)
+        if self.recorder is not None and len(out) < len(lives):
+            self.recorder.throttled(len(lives) - len(out))
         return out
 
     def _admitted(
@@ -285,6 +290,7 @@ class Firer:
         early: list[Live] = []
         running, add = self.running.by_job, self.running.add
         dispatched = execution_pb2.EXECUTION_DISPATCHED
+        delays: list[float] | None = [] if self.recorder is not None else None
         for live in lives:
             ex = live.ex
             if live.instant() > now and not live.hold_refused:
@@ -303,10 +309,16 @@ class Firer:
                 cached = partition.jobs.get(job_id)
                 msg = dispatch_message(ex, cached.job if cached else None, now, self.config)
             live.message = None
+            instant = live.instant()
+            msg.due_ms = instant
             out.append(msg)
             ex.state = dispatched
+            if delays is not None:
+                delays.append(now - instant)
         if out:
             self.dispatcher.submit(out)
+            if delays:
+                self.recorder.fired(delays)  # type: ignore[union-attr]
         if early:
             self._hold(partition, early, now)
 
@@ -337,10 +349,12 @@ class Firer:
                 cached = partition.jobs.get(ex.job_id)
                 job = cached.job if cached else None
                 msg = live.message = dispatch_message(ex, job, instant, self.config)
-            msg.start_at_ms = instant
+            msg.start_at_ms = msg.due_ms = instant
             msgs.append(msg)
         refused = self.dispatcher.hold(msgs)
         back = {d.execution_id for d in refused}
+        if self.recorder is not None and len(back) < len(lives):
+            self.recorder.fired((), held=len(lives) - len(back))
         running, add = self.running.by_job, self.running.add
         for live in lives:
             ex = live.ex

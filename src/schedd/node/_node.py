@@ -44,6 +44,7 @@ from schedd.node._config import NodeConfig
 from schedd.node._fanout import Fanout
 from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions
+from schedd.node._metrics import node_gauges
 from schedd.node._notify import NotifyWatcher
 from schedd.node._partition import Partition
 from schedd.node._servicer import PeerServicer, SchedulerServicer
@@ -52,10 +53,12 @@ from schedd.node._tenants import describe_limits
 from schedd.node._upkeep import StoreUpkeep
 from schedd.node._views import advancement, matches, merge_executions
 from schedd.obs import Health, MetricsRecorder, NoopRecorder
+from schedd.obs._prometheus import MetricsInterceptor, MetricsServer, PrometheusRecorder
 from schedd.store import (
     KV,
     JobStore,
     Keys,
+    MeteredKV,
     PartitionStore,
     connect_etcd,
     limits_by_tenant,
@@ -98,7 +101,12 @@ class Node:
     ) -> None:
         self.config = config
         #: Where the node's roles report what happens (metrics); records nothing by default.
+        if recorder is None and config.metrics_listen:
+            recorder = PrometheusRecorder(("node",))
         self.recorder: MetricsRecorder = recorder or NoopRecorder()
+        #: The Prometheus recorder, when metrics are on (its gauges are registered at start).
+        self.metrics = recorder if isinstance(recorder, PrometheusRecorder) else None
+        self.metrics_server: MetricsServer | None = None
         # The store; None: connect to etcd (config.etcd) at start, and close it at stop.
         self._given_kv = kv
         self.clock: Clock = clock or SystemClock()
@@ -125,6 +133,8 @@ class Node:
         self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
         self.history.prune(self.clock.now_ms())
         self.kv: KV = self._given_kv or await connect_etcd(cfg.etcd)
+        if self.metrics is not None:
+            self.kv = MeteredKV(self.kv, self._store_request)
         meta = await init_cluster(self.kv, self.keys, cfg.partitions)
         if meta.partitions != cfg.partitions:
             log.warning("cluster has %d partitions (fixed at init); using that", meta.partitions)
@@ -132,6 +142,8 @@ class Node:
         self.cluster_id = meta.cluster_id
         self.partitions = OwnedPartitions(cfg.partitions)
         self.firer = Firer(cfg, self.clock, self.history)
+        if self.metrics is not None:
+            self.firer.recorder = self.recorder
         self.settler = Settler(
             cfg, self.clock, self.history, self.partitions, self.firer, recorder=self.recorder
         )
@@ -151,6 +163,11 @@ class Node:
         self.api = NodeApi(self.jobs, self.views, self.clock)
         await self._serve()
         await self.dispatcher.start()
+        if self.metrics is not None:
+            node_gauges(self, self.metrics)
+            if cfg.metrics_listen:
+                self.metrics_server = MetricsServer(self.metrics, cfg.metrics_listen)
+                await self.metrics_server.start()
         await self._watch_tenants()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
         self.upkeep = StoreUpkeep(self.kv, self.keys, cfg, self.clock, self.health, self.partitions)
@@ -190,6 +207,11 @@ class Node:
         mirror.add_listener(changed)
         await mirror.start()
 
+    def _store_request(self, op: str, seconds: float, ok: bool) -> None:
+        self.recorder.store_request(op, seconds, ok)
+        if op == "keepalive" and not ok:
+            self.recorder.lease_keepalive_failed()
+
     def _may_act(self) -> bool:
         """Whether this node's session is certainly alive (see ``Session.may_act``)."""
         session = self._session
@@ -214,7 +236,8 @@ class Node:
         return self.config.advertise or f"{host}:{self.port}"
 
     async def _serve(self) -> None:
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        interceptors = [MetricsInterceptor(self.recorder.grpc_request)] if self.metrics else []
+        self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.api), self.server)
         peer = PeerServicer(PeerAnswers(self, page_size))
         peer_pb2_grpc.add_PeerServicer_to_server(peer, self.server)
@@ -264,6 +287,8 @@ class Node:
         await self.dispatcher.stop(graceful, timeout)
         await self.server.stop(min(self.config.server_grace_s, timeout) if graceful else 0)
         await self.fanout.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         if self._given_kv is None:
             await self.kv.close()
         self.history.close()

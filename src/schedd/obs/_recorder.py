@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -15,6 +16,23 @@ class MetricsRecorder(Protocol):
 
     def fire_lateness(self, ms: float) -> None:
         """Node: a timer fired ``ms`` after its scheduled instant (negative: early)."""
+
+    def fired(self, delays_ms: Sequence[float], held: int = 0) -> None:
+        """Node: it handed executions to workers: at once, each ``delay`` ms after the instant
+        it was meant to start, and ``held`` more ahead of their instants (a worker starts
+        those on its own timer)."""
+
+    def throttled(self, n: int) -> None:
+        """Node: ``n`` fires were held back by their tenant's limits."""
+
+    def lease_keepalive_failed(self) -> None:
+        """Node: a keep-alive of its session lease failed."""
+
+    def grpc_request(self, method: str, code: str, seconds: float) -> None:
+        """Node: it answered one client API call (``method`` such as ``"CreateJob"``)."""
+
+    def execution_started(self, lateness_ms: float) -> None:
+        """Worker: a handler started ``lateness_ms`` after the instant its node meant."""
 
     def missed(self, reason: str) -> None:
         """Node: a fire was not run (``reason``: the misfire policy or deadline that dropped it)."""
@@ -49,6 +67,21 @@ class NoopRecorder:
     __slots__ = ()
 
     def fire_lateness(self, ms: float) -> None:
+        pass
+
+    def fired(self, delays_ms: Sequence[float], held: int = 0) -> None:
+        pass
+
+    def throttled(self, n: int) -> None:
+        pass
+
+    def lease_keepalive_failed(self) -> None:
+        pass
+
+    def grpc_request(self, method: str, code: str, seconds: float) -> None:
+        pass
+
+    def execution_started(self, lateness_ms: float) -> None:
         pass
 
     def missed(self, reason: str) -> None:

@@ -25,6 +25,7 @@ from schedd.store._keys import (
     PartitionKeys,
     partition_of,
 )
+from schedd.store._metered import MeteredKV
 from schedd.store._notify import NOTIFY_MAX_IDS, Notice
 from schedd.store._owner import Item, JobView, PartitionStore
 from schedd.store._records import (
@@ -70,6 +71,7 @@ __all__ = [
     "KeyValueView",
     "Keys",
     "MemoryKV",
+    "MeteredKV",
     "Notice",
     "Op",
     "OpBuilder",

@@ -373,6 +373,7 @@ class Dispatch(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     START_AT_MS_FIELD_NUMBER: _builtins.int
     PROBE_FIELD_NUMBER: _builtins.int
+    DUE_MS_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     job_id: _builtins.str
     tenant: _builtins.str
@@ -399,6 +400,10 @@ class Dispatch(_message.Message):
     the worker adopts this token (answers with Started). In its ledger: it answers with the
     Result under this token. Otherwise: WorkerBatch.not_here. Nothing is started for a probe.
     """
+    due_ms: _builtins.int
+    """The instant the node meant it to start (node's clock): its due time, or the later slot its
+    tenant's limits gave it. The worker measures its start lateness from here.
+    """
     def __init__(
         self,
         *,
@@ -418,10 +423,11 @@ class Dispatch(_message.Message):
         max_attempts: _builtins.int = ...,
         start_at_ms: _builtins.int = ...,
         probe: _builtins.bool = ...,
+        due_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "deadline_ms", b"deadline_ms", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "handler", b"handler", "has_checkpoint", b"has_checkpoint", "job_id", b"job_id", "max_attempts", b"max_attempts", "payload", b"payload", "probe", b"probe", "queue", b"queue", "scheduled_ms", b"scheduled_ms", "start_at_ms", b"start_at_ms", "target", b"target", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "deadline_ms", b"deadline_ms", "due_ms", b"due_ms", "execution_id", b"execution_id", "fencing_token", b"fencing_token", "handler", b"handler", "has_checkpoint", b"has_checkpoint", "job_id", b"job_id", "max_attempts", b"max_attempts", "payload", b"payload", "probe", b"probe", "queue", b"queue", "scheduled_ms", b"scheduled_ms", "start_at_ms", b"start_at_ms", "target", b"target", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -245,6 +245,11 @@ class Attempts:
         if old is not None:  # the node sent it again (a new token): the old one is void
             self._give_back(old.conn, held=True)
 
+    @property
+    def active(self) -> int:
+        """Attempts started and not yet reported (running)."""
+        return self._active
+
     def _start_held(self, h: Held) -> None:
         """A held execution's instant came (and a slot is free): run it, if its node still
         vouches for it (see ``NodeBatch.live_until_ms``)."""
@@ -357,6 +362,8 @@ class Attempts:
         d = ex.dispatch
         now = self._clock.now_ms()
         ex.started_ms = ex.ctx.started_ms = now
+        if d.due_ms:  # lateness on the node's clock, from the instant it meant
+            self._recorder.execution_started(now + ex.conn.clock_offset_ms - d.due_ms)
         if ex.ctx.cancelled:  # cancelled while waiting for an older attempt
             ex.finish(Outcome(worker_pb2.OUTCOME_CANCELLED, error=ex.ctx.cancel_reason))
             return

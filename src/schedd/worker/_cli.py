@@ -37,6 +37,7 @@ def run_worker_from_cli(
     discover: bool = True,
     http: HttpConfig | None = None,
     shell: ShellConfig | None = None,
+    metrics_listen: str = "",
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
@@ -52,6 +53,7 @@ def run_worker_from_cli(
         discover: Connect to every live node the given ones name, not only to them.
         http: Run HTTP jobs with this configuration (None: this worker does not run them).
         shell: Run shell jobs with this configuration (None: refused, never announced).
+        metrics_listen: Serve Prometheus metrics at ``http://HOST:PORT/metrics`` ("": off).
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -66,6 +68,7 @@ def run_worker_from_cli(
             prefetch=prefetch,
             data_dir=Path(data_dir) if data_dir is not None else None,
             discover=discover,
+            metrics_listen=metrics_listen,
         )
         worker = Worker(config)
         for name in imports:

@@ -45,6 +45,7 @@ class WorkerConfig:
         discovery_interval_s: Time between membership queries (also one query's deadline).
         forget_node_after_s: A connection to an address out of the membership this long is
             closed, once it carries no running execution.
+        metrics_listen: ``host:port`` of a Prometheus ``/metrics`` endpoint ("": none).
     """
 
     endpoints: tuple[str, ...]
@@ -64,6 +65,7 @@ class WorkerConfig:
     discover: bool = True
     discovery_interval_s: float = 2.0
     forget_node_after_s: float = 30.0
+    metrics_listen: str = ""
 
     def __post_init__(self) -> None:
         # Callers (and the keyword convenience of Worker) may pass a str, lists or a str path.
@@ -76,6 +78,8 @@ class WorkerConfig:
             raise ValueError("endpoints: give at least one node address")
         if not self.queues:
             raise ValueError("queues: give at least one queue")
+        if self.metrics_listen and not self.metrics_listen.rpartition(":")[2].isdigit():
+            raise ValueError(f"metrics_listen: give HOST:PORT, got {self.metrics_listen!r}")
         if self.capacity <= 0:
             raise ValueError(f"capacity: must be positive, got {self.capacity}")
         if self.prefetch < 0:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import schedd
 from schedd._clock import Clock, SystemClock
 from schedd.obs import MetricsRecorder, NoopRecorder
+from schedd.obs._prometheus import MetricsServer, PrometheusRecorder
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
 from schedd.worker._config import WorkerConfig
@@ -105,7 +106,12 @@ class Worker:
         self.worker_id = config.worker_id
         self.data_dir = config.data_dir
         self._clock: Clock = clock or SystemClock()
+        if recorder is None and config.metrics_listen:
+            recorder = PrometheusRecorder(("worker",))
         self._recorder: MetricsRecorder = recorder or NoopRecorder()
+        #: The Prometheus recorder, when metrics are on (its gauges are registered at start).
+        self.metrics = recorder if isinstance(recorder, PrometheusRecorder) else None
+        self._metrics_server: MetricsServer | None = None
         #: Executors by handler name, and by target kind (http, shell).
         self._handlers: dict[str, Executor] = {}
         self._kinds: dict[str, Executor] = {}
@@ -189,6 +195,28 @@ class Worker:
         """Make every recorded result durable (the streams call it before each write)."""
         self.ledger.flush()
 
+    def _register_gauges(self, rec: PrometheusRecorder) -> None:
+        attempts = self._attempts
+        assert attempts is not None
+        rec.gauge(
+            "schedd_worker_slots_free",
+            "Executions this worker may still start (capacity minus running)",
+            lambda: self.capacity - attempts.active,
+        )
+        rec.gauge(
+            "schedd_worker_in_flight", "Executions running on this worker", lambda: attempts.active
+        )
+        rec.gauge(
+            "schedd_worker_held",
+            "Executions held on this worker for a later instant",
+            lambda: self.held_count,
+        )
+        rec.gauge(
+            "schedd_worker_streams",
+            "Streams to nodes that are connected",
+            lambda: sum(1 for c in self._all_conns() if c.live),
+        )
+
     @property
     def held_count(self) -> int:
         """Executions held for their instant (not started yet)."""
@@ -222,6 +250,11 @@ class Worker:
         )
         self._stopped = asyncio.Event()
         cfg = self.config
+        if self.metrics is not None:
+            self._register_gauges(self.metrics)
+            if cfg.metrics_listen:
+                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen)
+                await self._metrics_server.start()
         for ep in cfg.endpoints:
             self._connect(ep)
         if cfg.discover:
@@ -281,6 +314,8 @@ class Worker:
             await self._attempts.drain(grace, self.config.cancel_timeout_s)
             await asyncio.gather(*(c.stop(graceful=True) for c in self._all_conns()))
             await self._close_executors()
+            if self._metrics_server is not None:
+                await self._metrics_server.stop()
         finally:
             self._shut_down()
 
