@@ -16,31 +16,43 @@ import click
 
 from schedd._errors import SchedError
 from schedd._gc import tune_gc
+from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
 from schedd.cli._kinds import job_kind_configs, job_kind_options
 
 #: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
 _ETCD_TLS = ("ca_file", "cert_file", "key_file", "server_name")
 
-
-def _setup_logging(level: str) -> None:
-    """``level`` for schedd's own loggers; the libraries' (gRPC, asyncio, etcd client) stay at
-    INFO or above, so ``debug`` shows what schedd decided without their chatter."""
-    wanted = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(
-        level=max(wanted, logging.INFO),
-        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("schedd").setLevel(wanted)
+log = logging.getLogger("schedd.cli")
 
 
 @click.group()
 @click.option(
     "--log-level", default=lambda: os.environ.get("SCHEDD_LOG_LEVEL", "info"), show_default="info"
 )
-def main(log_level: str) -> None:
+@click.option(
+    "--log-format",
+    envvar="SCHEDD_LOG_FORMAT",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="text: one readable line per event; json: one JSON object per line, with the node,"
+    " worker, partition, job, execution and token as fields",
+)
+def main(log_level: str, log_format: str) -> None:
     """schedd: a distributed job scheduler."""
-    _setup_logging(log_level)
+    # The libraries' loggers (gRPC, asyncio, the etcd client) stay at INFO or above, so
+    # ``debug`` shows what schedd decided without their chatter.
+    configure_logging(log_level, log_format.lower())
+
+
+def _say(message: str, *args: object, node: str | None = None, error: bool = False) -> None:
+    """A line of the CLI's own on stderr: as it always read in text logs, a log record (and
+    so a JSON object) in JSON logs."""
+    if json_logs():
+        extra = {"node": node} if node else None
+        log.log(logging.ERROR if error else logging.INFO, message, *args, extra=extra)
+    else:
+        click.echo(message % args if args else message, err=True)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -240,6 +252,7 @@ def node(
             message = message.replace(field, flag)
         raise click.BadParameter(message, param_hint=flags[str(exc).split()[0]]) from exc
     nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
+    bind_process(node=nid)  # every line this process logs names its node
     cfg = NodeConfig(
         node_id=nid,
         listen=listen,
@@ -268,14 +281,14 @@ def node(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await n.start()
-        print(f"schedd node {nid} listening on {n.address}", file=sys.stderr, flush=True)
+        _say("schedd node %s listening on %s", nid, n.address, node=nid)
         await stop.wait()
         await n.stop()
 
     try:
         asyncio.run(run())
     except SchedError as exc:
-        click.echo(f"schedd node: {exc}", err=True)
+        _say("schedd node: %s", exc, node=nid, error=True)
         sys.exit(5)
 
 
@@ -361,7 +374,7 @@ def dev(data_dir: str, listen: str, metrics_listen: str, **kinds: Any) -> None:
             run_dev(Path(data_dir), listen, http=http, shell=shell, metrics_listen=metrics_listen)
         )
     except (SchedError, RuntimeError) as exc:
-        click.echo(f"schedd dev: {exc}", err=True)
+        _say("schedd dev: %s", exc, error=True)
         sys.exit(1)
 
 

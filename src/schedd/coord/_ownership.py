@@ -153,6 +153,10 @@ class PartitionOwnership:
     def node_id(self) -> str:
         return self._membership.node_id
 
+    def _fields(self, **more: object) -> dict[str, object]:
+        """``extra=`` of an ownership log line: the node, and the partitions it is about."""
+        return {"node": self.node_id, **more}
+
     def owned(self) -> dict[int, Fence]:
         """Partition -> fence of every partition this node currently owns (a copy)."""
         return dict(self._owned)
@@ -181,7 +185,10 @@ class PartitionOwnership:
                         if not self._stopping:
                             await self._reconcile()
                 except Unavailable as exc:
-                    log.warning("node %s: ownership round failed: %s", self.node_id, exc)
+                    log.warning(
+                        "node %s: ownership round failed: %s", self.node_id, exc,
+                        extra=self._fields(),
+                    )  # fmt: skip
                 await self._pause()
         finally:
             remove()
@@ -234,7 +241,7 @@ class PartitionOwnership:
                 log.info(
                     "node %s: waiting up to %.0f s for workers %s (connected to peers) to "
                     "connect before taking a share", self.node_id, self.config.join_wait_s,
-                    ", ".join(missing),
+                    ", ".join(missing), extra=self._fields(),
                 )  # fmt: skip
             self.join_reason = f"waiting for workers {', '.join(missing)} to connect"
             return False
@@ -242,9 +249,13 @@ class PartitionOwnership:
             log.warning(
                 "node %s: taking a share although workers %s (connected to peers) did not "
                 "connect within %.0f s", self.node_id, ", ".join(missing), waited_s,
+                extra=self._fields(),
             )  # fmt: skip
         elif self.join_reason:
-            log.info("node %s: its peers' workers are connected: taking a share", self.node_id)
+            log.info(
+                "node %s: its peers' workers are connected: taking a share", self.node_id,
+                extra=self._fields(),
+            )  # fmt: skip
         self.join_reason = ""
         return True
 
@@ -266,6 +277,7 @@ class PartitionOwnership:
                     "node %s: clock skew %d ms (against the median of %d live nodes) > %d ms "
                     "(--max-clock-skew-ms): owning nothing until it is back within %d ms",
                     self.node_id, skew, len(peers) + 1, limit, int(0.8 * limit),
+                    extra=self._fields(),
                 )  # fmt: skip
             self.skew_reason = f"clock skew {skew} ms > {limit} ms"
             return "bad"
@@ -274,7 +286,7 @@ class PartitionOwnership:
         if self.skew_reason:
             log.warning(
                 "node %s: clock skew %d ms is back within the limit: owning partitions again",
-                self.node_id, skew,
+                self.node_id, skew, extra=self._fields(),
             )  # fmt: skip
             self.skew_reason = ""
         return "ok"
@@ -314,9 +326,11 @@ class PartitionOwnership:
                 self._owned[p] = fence
                 won.append(fence)
         if won:
+            claimed = [f.partition for f in won]
             log.info(
-                "node %s claimed %s at epoch %d", self.node_id, [f.partition for f in won], epoch
-            )
+                "node %s claimed %s at epoch %d", self.node_id, claimed, epoch,
+                extra=self._fields(partitions=claimed),
+            )  # fmt: skip
         return won
 
     async def _acquired(self, fence: Fence) -> None:
@@ -325,7 +339,10 @@ class PartitionOwnership:
         try:
             await self._on_acquired(fence)
         except Exception:
-            log.exception("node %s: on_acquired(%d) failed", self.node_id, fence.partition)
+            log.exception(
+                "node %s: on_acquired(%d) failed", self.node_id, fence.partition,
+                extra=self._fields(partition=fence.partition),
+            )  # fmt: skip
             await self._release([fence.partition], ACQUIRE_FAILED)
 
     def _release_choice(self, count: int) -> list[int]:
@@ -342,9 +359,11 @@ class PartitionOwnership:
         self._undeleted.update({f.partition: f for f in fences})
         await self._retry_deletes()
         if fences:
+            released = [f.partition for f in fences]
             log.info(
-                "node %s released %s (%s)", self.node_id, [f.partition for f in fences], reason
-            )
+                "node %s released %s (%s)", self.node_id, released, reason,
+                extra=self._fields(partitions=released),
+            )  # fmt: skip
 
     async def _retry_deletes(self) -> None:
         fences = list(self._undeleted.values())
@@ -376,7 +395,10 @@ class PartitionOwnership:
             if p in self._owned or p in self._undeleted or fence in self._released:
                 continue
             self._owned[p] = fence
-            log.warning("node %s: adopting partition %d (claim answer lost)", self.node_id, p)
+            log.warning(
+                "node %s: adopting partition %d (claim answer lost)", self.node_id, p,
+                extra=self._fields(partition=p),
+            )  # fmt: skip
             await self._acquired(fence)
         seen_up_to = self._mirror.revision
         self._released = {f for f in self._released if f in shown or seen_up_to < f.epoch}
@@ -389,7 +411,10 @@ class PartitionOwnership:
             kv = self._mirror.items.get(fence.key)
             if kv is None or kv.create_revision != fence.epoch:
                 del self._owned[p]
-                log.warning("node %s: partition %d epoch %d is gone", self.node_id, p, fence.epoch)
+                log.warning(
+                    "node %s: partition %d epoch %d is gone", self.node_id, p, fence.epoch,
+                    extra=self._fields(partition=p),
+                )  # fmt: skip
                 await self._call_lost(p, FENCED_OUT)
 
     async def _lose_all(self, reason: str) -> None:
@@ -403,7 +428,10 @@ class PartitionOwnership:
         try:
             await self._on_lost(partition, reason)
         except Exception:
-            log.exception("node %s: on_lost(%d, %s) failed", self.node_id, partition, reason)
+            log.exception(
+                "node %s: on_lost(%d, %s) failed", self.node_id, partition, reason,
+                extra=self._fields(partition=partition),
+            )  # fmt: skip
 
     # -- shutdown and status --------------------------------------------------------------------
 

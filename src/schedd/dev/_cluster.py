@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from schedd._logfmt import bind_process, json_logs
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
 from schedd.obs._prometheus import PrometheusRecorder
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from schedd.worker._shell import ShellConfig
 
 log = logging.getLogger("schedd.dev")
+
+NODE_ID = "dev-node"
 
 NEXT_STEPS = """
 schedd dev is running:
@@ -60,6 +63,7 @@ async def _run(
     from schedd.worker import Worker, WorkerConfig
     from schedd.worker._http import HttpExecutor
 
+    bind_process(node=NODE_ID)  # the one node: its id on every line (JSON logs)
     client_port, peer_port = _etcd_ports()
     etcd = EtcdProcess(data_dir / "etcd", client_port=client_port, peer_port=peer_port)
     # One registry for the node and the worker of this process, served by the node; on
@@ -72,7 +76,7 @@ async def _run(
     await asyncio.to_thread(etcd.start)
     node = Node(
         NodeConfig(
-            node_id="dev-node",
+            node_id=NODE_ID,
             listen=listen,
             etcd=EtcdConfig(endpoints=(etcd.endpoint,)),
             data_dir=data_dir / "node",
@@ -114,7 +118,10 @@ async def _run(
             flush=True,
         )
         await stop.wait()
-        print("stopping…", file=sys.stderr, flush=True)
+        if json_logs():
+            log.info("stopping…")
+        else:
+            print("stopping…", file=sys.stderr, flush=True)
         await worker.stop(graceful=True)
         return 0
     finally:

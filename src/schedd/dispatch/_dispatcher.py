@@ -297,12 +297,30 @@ class Dispatcher:
         """Drop, cancel and report every in-flight execution whose lease has run out now."""
         now = self._clock.now_ms()
         expired = [f for f in self._in_flight.values() if f.lease_deadline_ms <= now]
+        by_worker: dict[str, int] = {}
         for f in expired:
             dropped = self._drop_in_flight(f.dispatch.execution_id)
             if dropped is not None:
                 dropped[0].send_cancel(
                     f.dispatch.execution_id, f.dispatch.fencing_token, REASON_LEASE_EXPIRED
                 )
+            by_worker[f.worker_id] = by_worker.get(f.worker_id, 0) + 1
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s: lease on worker %s expired (token %d, %s)",
+                    f.dispatch.execution_id,
+                    f.worker_id,
+                    f.dispatch.fencing_token,
+                    "started" if f.started else "not started",
+                    extra=self._flight_fields(f),
+                )
+        for worker_id, n in by_worker.items():
+            log.warning(
+                "worker %s: %d leases expired (nothing heard of them for %d ms); cancelling "
+                "them there and handing them out again",
+                worker_id, n, self.config.lease_timeout_ms,
+                extra={"node": self.node_id, "worker": worker_id},
+            )  # fmt: skip
         if expired:
             await self._losses.report(expired, REASON_LEASE_EXPIRED)
         return expired
@@ -330,7 +348,10 @@ class Dispatcher:
             promise=(lambda: self.live_until_ms()) if hello.prefetch else None,  # noqa: PLW0108 - follows reassignment
         )
         self._sessions[session.session_id] = session
-        log.info("worker %s connected (queues %s)", hello.worker_id, list(hello.queues))
+        log.info(
+            "worker %s connected (queues %s)", hello.worker_id, list(hello.queues),
+            extra={"node": self.node_id, "worker": hello.worker_id},
+        )  # fmt: skip
         return session
 
     def close_session(self, session: WorkerSession) -> None:
@@ -344,7 +365,10 @@ class Dispatcher:
             dropped = self._drop_in_flight(eid)
             if dropped is not None:
                 lost.append(dropped[1])
-        log.info("worker %s disconnected, %d in flight lost", session.worker_id, len(lost))
+        log.info(
+            "worker %s disconnected, %d in flight lost", session.worker_id, len(lost),
+            extra={"node": self.node_id, "worker": session.worker_id},
+        )  # fmt: skip
         if lost and not self._closed:
             self._losses.report_soon(lost, REASON_DISCONNECTED)
 
@@ -359,7 +383,10 @@ class Dispatcher:
         session.last_heard_ms = self._clock.now_ms()
         if session.silent:
             session.silent = False
-            log.info("worker %s answers again; dispatching to it again", session.worker_id)
+            log.info(
+                "worker %s answers again; dispatching to it again", session.worker_id,
+                extra={"node": self.node_id, "worker": session.worker_id},
+            )  # fmt: skip
             self._schedule_pump()
         if batch.credits < 0:
             raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
@@ -445,6 +472,17 @@ class Dispatcher:
             ):
                 flight.started = True
                 flight.lease_deadline_ms = max(flight.lease_deadline_ms, deadline)
+
+    def _flight_fields(self, f: InFlight) -> dict[str, object]:
+        """``extra=`` of a line about one execution out on a worker."""
+        d = f.dispatch
+        return {
+            "node": self.node_id,
+            "worker": f.worker_id,
+            "job": d.job_id,
+            "execution": d.execution_id,
+            "token": d.fencing_token,
+        }
 
     def _drop_in_flight(self, execution_id: str) -> tuple[WorkerSession, InFlight] | None:
         flight = self._in_flight.pop(execution_id, None)

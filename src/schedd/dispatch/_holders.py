@@ -69,7 +69,7 @@ def silent_holds(
             log.warning(
                 "worker %s sent nothing for %d ms: no more work for it; what it holds "
                 "unstarted goes to other workers",
-                s.worker_id, now - s.last_heard_ms,
+                s.worker_id, now - s.last_heard_ms, extra={"worker": s.worker_id},
             )  # fmt: skip
         if s.silent and now > s.promised_ms:
             for eid in list(s.in_flight):

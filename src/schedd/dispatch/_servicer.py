@@ -107,5 +107,8 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the stream broke: the session ends below
-            log.debug("worker %s stream read failed: %r", session.worker_id, e)
+            log.debug(
+                "worker %s stream read failed: %r", session.worker_id, e,
+                extra={"worker": session.worker_id},
+            )  # fmt: skip
         session.end(error)

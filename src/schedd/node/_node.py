@@ -137,7 +137,10 @@ class Node:
             self.kv = MeteredKV(self.kv, self._store_request)
         meta = await init_cluster(self.kv, self.keys, cfg.partitions)
         if meta.partitions != cfg.partitions:
-            log.warning("cluster has %d partitions (fixed at init); using that", meta.partitions)
+            log.warning(
+                "cluster has %d partitions (fixed at init); using that", meta.partitions,
+                extra={"node": cfg.node_id},
+            )  # fmt: skip
         self.config = cfg = replace(cfg, partitions=meta.partitions)
         self.cluster_id = meta.cluster_id
         self.partitions = OwnedPartitions(cfg.partitions)
@@ -179,7 +182,10 @@ class Node:
         if cfg.history_prune_interval_s > 0:
             pruner = HistoryPruner(self.history, self.clock, cfg.history_prune_interval_s)
             self._run_supervised("history prune", pruner.run)
-        log.info("node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions)
+        log.info(
+            "node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions,
+            extra={"node": cfg.node_id},
+        )  # fmt: skip
 
     async def _watch_tenants(self) -> None:
         """Mirrors the tenants' limits into the firer's limiter; this node enforces the share
@@ -200,7 +206,10 @@ class Node:
         def changed(_listed: bool) -> None:
             limits = limits_by_tenant(list(mirror.items.values()))
             if limits != limiter.limits():
-                log.info("tenant limits: %s", describe_limits(limits) or "none")
+                log.info(
+                    "tenant limits: %s", describe_limits(limits) or "none",
+                    extra={"node": self.config.node_id},
+                )  # fmt: skip
             self.firer.let_go(limiter.set_limits(limits))
             self.firer.let_go(limiter.drain(self.clock.now_ms()))
 
@@ -272,7 +281,10 @@ class Node:
             try:
                 await asyncio.wait_for(self._ownership.release_all(), timeout)
             except (TimeoutError, SchedError) as exc:
-                log.warning("node %s: releasing partitions failed: %s", self.config.node_id, exc)
+                log.warning(
+                    "node %s: releasing partitions failed: %s", self.config.node_id, exc,
+                    extra={"node": self.config.node_id},
+                )  # fmt: skip
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -309,11 +321,17 @@ class Node:
             try:
                 await self._one_session()
             except SchedError as exc:
-                log.warning("node %s: coordination failed: %s; retrying", self.config.node_id, exc)
+                log.warning(
+                    "node %s: coordination failed: %s; retrying", self.config.node_id, exc,
+                    extra={"node": self.config.node_id},
+                )  # fmt: skip
             except Exception:
                 # Its partitions' fences live on this session, which is closed below: stop
                 # them first, so nothing runs under a fence the node no longer keeps.
-                log.exception("node %s: coordination crashed; starting over", self.config.node_id)
+                log.exception(
+                    "node %s: coordination crashed; starting over", self.config.node_id,
+                    extra={"node": self.config.node_id},
+                )  # fmt: skip
                 for p in self.partitions:
                     await self._lost(p, "coordination crashed")
             if self._stopping:
@@ -384,7 +402,10 @@ class Node:
         for eid in ids:
             job_id, _ = parse_execution_id(eid)
             self.firer.running.discard(job_id, eid)
-        log.info("partition %d released (%s)", partition, reason)
+        log.info(
+            "partition %d released (%s)", partition, reason,
+            extra={"node": self.config.node_id, "partition": partition},
+        )  # fmt: skip
 
     def partition_lost(self, partition: int, reason: str) -> None:
         """A partition's fence no longer holds (:class:`PartitionEvents`): stop it."""

@@ -59,6 +59,8 @@ class Partition:
         self.store = store
         self.partition = store.partition
         self.config = config
+        #: ``extra=`` of this partition's log lines (its fields in ``--log-format json``).
+        self.log_fields: dict[str, object] = {"node": config.node_id, "partition": self.partition}
         self.clock = clock
         self.history = history
         self.firing = firing
@@ -112,6 +114,7 @@ class Partition:
         log.info(
             "partition %d: loaded %d due entries, adopted %d live executions (epoch %d)",
             self.partition, len(entries), len(inherited), self.store.fence.epoch,
+            extra=self.log_fields,
         )  # fmt: skip
 
     async def stop(self, graceful: bool = False, timeout: float | None = None) -> list[str]:
@@ -126,9 +129,15 @@ class Partition:
             try:
                 given_back = await asyncio.wait_for(self.unclaim(), timeout)
                 if given_back:
-                    log.info("partition %d: gave back %d claimed fires", self.partition, given_back)
+                    log.info(
+                        "partition %d: gave back %d claimed fires", self.partition, given_back,
+                        extra=self.log_fields,
+                    )  # fmt: skip
             except TimeoutError:
-                log.warning("partition %d: giving back claimed fires timed out", self.partition)
+                log.warning(
+                    "partition %d: giving back claimed fires timed out", self.partition,
+                    extra=self.log_fields,
+                )  # fmt: skip
         self._stopping = True
         self.driver.stop()
         for t in self._tasks:
@@ -178,6 +187,7 @@ class Partition:
                     "adopts what etcd holds",
                     self.partition,
                     exc,
+                    extra=self.log_fields,
                 )
             n = 0
             for lives, good in zip(groups, ok, strict=True):
@@ -190,7 +200,7 @@ class Partition:
 
     def fenced_out(self, exc: FencedOut) -> None:
         """The fence no longer holds (a newer owner exists): this partition must stop."""
-        log.warning("%s; stopping", exc)  # the message names the partition
+        log.warning("%s; stopping", exc, extra=self.log_fields)  # the message names the partition
         self._stopping = True
         self.events.partition_lost(
             self.partition, f"fenced out: epoch {exc.epoch} is no longer current"
@@ -213,6 +223,7 @@ class Partition:
             task.get_name(),
             "crashed" if exc else "ended",
             exc_info=exc,
+            extra=self.log_fields,
         )
         self.events.partition_failed(self.partition, f"{task.get_name()} crashed: {exc!r}")
 
@@ -228,7 +239,7 @@ class Partition:
         self.history.record([r for r, good in zip(cancelled, ok, strict=True) if good])
         for r, good in zip(cancelled, ok, strict=True):
             if good:
-                log.info("%s: %s", r.id, r.reason)
+                log.info("%s: %s", r.id, r.reason, extra=self._run_fields(r))
             else:  # changed meanwhile: read it again
                 self.doubt([r.job_id])
         return [r for r in runs if r.state != execution_pb2.EXECUTION_CANCELLED]
@@ -258,12 +269,19 @@ class Partition:
         adopted = []
         for r, good, rev in zip(runs, ok, revs, strict=True):
             if good:
-                log.debug("%s: adopted under token %d", r.id, rev)
+                log.debug("%s: adopted under token %d", r.id, rev, extra=self._run_fields(r, rev))
                 r.fencing_token = rev
                 adopted.append(r)
             else:
                 self.doubt([r.job_id])
         self.firing.adopt(self, adopted)
+
+    def _run_fields(self, ex: execution_pb2.Execution, token: int = 0) -> dict[str, object]:
+        """``extra=`` of a line about one execution of this partition."""
+        fields = {**self.log_fields, "job": ex.job_id, "execution": ex.id}
+        if token or ex.fencing_token:
+            fields["token"] = token or ex.fencing_token
+        return fields
 
     def _arm(self, ex: execution_pb2.Execution) -> None:
         live = Live(ex)
@@ -307,7 +325,10 @@ class Partition:
                 self.fenced_out(exc)
                 return
             except SchedError as exc:
-                log.warning("partition %d: claim round failed: %s; retrying", self.partition, exc)
+                log.warning(
+                    "partition %d: claim round failed: %s; retrying", self.partition, exc,
+                    extra=self.log_fields,
+                )  # fmt: skip
                 await self.clock.sleep(0.5)
 
     async def _claim_round(self) -> None:
@@ -361,7 +382,10 @@ class Partition:
         except BaseException:
             self._doubts.add(jobs, orphans)
             raise
-        log.debug("partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs))
+        log.debug(
+            "partition %d: reconciled %d doubted jobs with etcd", self.partition, len(jobs),
+            extra=self.log_fields,
+        )  # fmt: skip
 
     async def _extend_window(self, now: int) -> None:
         # Entries inside the old window are known already (loaded, or written by our claims,
@@ -452,7 +476,7 @@ class Partition:
         if claim.missed:
             self.history.record(claim.missed)
             for ex in claim.missed:
-                log.info("execution %s missed: %s", ex.id, ex.reason)
+                log.info("execution %s missed: %s", ex.id, ex.reason, extra=self._run_fields(ex))
                 self.recorder.missed(ex.reason)
         state = claim.next_state
         if state is None:

@@ -78,6 +78,19 @@ class Settler:
         self.rng = rng or random.Random()
         self.recorder: MetricsRecorder = recorder or NoopRecorder()
 
+    def _fields(
+        self, partition: Partition, ex: execution_pb2.Execution | None = None, **more: object
+    ) -> dict[str, object]:
+        """``extra=`` of a log line about a partition (node, partition) or one of its
+        executions (job, execution, token too)."""
+        fields: dict[str, object] = {"node": self.config.node_id, "partition": partition.partition}
+        if ex is not None:
+            fields.update(job=ex.job_id, execution=ex.id)
+            if ex.fencing_token:
+                fields["token"] = ex.fencing_token
+        fields.update(more)
+        return fields
+
     async def on_started(self, worker_id: str, started: list[worker_pb2.Started]) -> None:
         for s in started:
             partition = self._partitions.of_execution(s.execution_id)
@@ -105,8 +118,9 @@ class Settler:
             elif hb.has_checkpoint:
                 if len(hb.checkpoint) > MAX_CHECKPOINT_BYTES:
                     log.warning(
-                        "%s: checkpoint of %d bytes ignored", hb.execution_id, len(hb.checkpoint)
-                    )
+                        "%s: checkpoint of %d bytes ignored", hb.execution_id, len(hb.checkpoint),
+                        extra=self._fields(partition, live.ex, worker=worker_id),
+                    )  # fmt: skip
                     continue
                 live.ex.checkpoint = hb.checkpoint
                 saved.setdefault(partition.partition, (partition, []))[1].append(live)
@@ -129,7 +143,10 @@ class Settler:
             except FencedOut as exc:
                 partition.fenced_out(exc)
             except SchedError as exc:
-                log.warning("partition %d: checkpoints not saved: %s", partition.partition, exc)
+                log.warning(
+                    "partition %d: checkpoints not saved: %s", partition.partition, exc,
+                    extra=self._fields(partition),
+                )  # fmt: skip
 
     def on_reported(self, results: list[worker_pb2.Result]) -> None:
         """An attempt that ended (not one a worker gave back, CANCELLED: it is handed out
@@ -178,8 +195,9 @@ class Settler:
                 return await self._apply_results(partition, group, worker_id)
         except Exception:
             log.exception(
-                "partition %d: settling %d results failed", partition.partition, len(group)
-            )
+                "partition %d: settling %d results failed", partition.partition, len(group),
+                extra=self._fields(partition, worker=worker_id),
+            )  # fmt: skip
             ids = [r.execution_id for _, r in group if _current(partition, r)]
             partition.doubt((parse_execution_id(e)[0] for e in ids), ids)
             return _refused(group, "the node could not settle the result; it will be redelivered")
@@ -308,6 +326,7 @@ class Settler:
                 worker_pb2.Outcome.Name(d.result.outcome),
                 d.result.fencing_token,
                 rev,
+                extra=self._fields(partition, d.live.ex, token=rev),
             )
             d.live.ex.fencing_token = rev
             d.live.ex.worker_id = ""
@@ -327,6 +346,22 @@ class Settler:
             d.final.fencing_token = d.live.ex.fencing_token
             finished.append(d.final)
             self.recorder.dead_lettered()
+            log.info(
+                "execution %s is a dead letter: %s (%s)",
+                eid,
+                d.final.reason,
+                _first_line(d.final.error) or worker_pb2.Outcome.Name(d.result.outcome),
+                extra=self._fields(partition, d.final),
+            )
+        elif d.retry_due_ms:
+            log.debug(
+                "execution %s: %s; attempt %d in %d ms",
+                eid,
+                _first_line(d.result.error) or worker_pb2.Outcome.Name(d.result.outcome),
+                d.live.ex.attempt + 1,
+                d.retry_due_ms - self.clock.now_ms(),
+                extra=self._fields(partition, d.live.ex, token=rev),
+            )
         if d.retry_due_ms:
             partition.add_due(
                 DueEntry(
@@ -370,14 +405,20 @@ class Settler:
             partition.fenced_out(exc)
             return
         except SchedError as exc:
-            log.warning("partition %d: redelivery failed: %s", partition.partition, exc)
+            log.warning(
+                "partition %d: redelivery failed: %s", partition.partition, exc,
+                extra=self._fields(partition),
+            )  # fmt: skip
             partition.doubt((lv.ex.job_id for lv in lives), (lv.ex.id for lv in lives))
             return
         resend = []
         for live, good, rev in zip(lives, ok, revs, strict=True):
             self.firer.running.discard(live.ex.job_id, live.ex.id)
             if good:
-                log.debug("%s: %s; handed out again under token %d", live.ex.id, reason, rev)
+                log.debug(
+                    "%s: %s; handed out again under token %d", live.ex.id, reason, rev,
+                    extra=self._fields(partition, live.ex, token=rev),
+                )  # fmt: skip
                 live.ex.fencing_token = rev
                 live.ex.worker_id = ""
                 resend.append(live)
@@ -389,8 +430,15 @@ class Settler:
             partition.partition,
             len(resend),
             reason,
+            extra=self._fields(partition),
         )
         self.firer.dispatch(partition, resend, self.clock.now_ms())
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    """The start of an error text, for a one-line log message."""
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _finish(ex: execution_pb2.Execution, r: worker_pb2.Result, now: int) -> None:

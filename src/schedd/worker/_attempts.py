@@ -109,6 +109,7 @@ class Attempts:
                     ack.fencing_token,
                     ack.code,
                     ack.message,
+                    extra={"execution": ack.execution_id, "token": ack.fencing_token},
                 )
         dispatches = batch.dispatches
         if dispatches:
@@ -137,7 +138,10 @@ class Attempts:
         """Cancel what runs or is held under ``c``'s token; False if nothing matched."""
         ex = self.running.get(c.execution_id)
         if ex is not None and c.fencing_token in (0, ex.dispatch.fencing_token):
-            log.info("execution %s cancelled by the node: %s", c.execution_id, c.reason)
+            log.info(
+                "execution %s cancelled by the node: %s", c.execution_id, c.reason,
+                extra={"execution": c.execution_id, "token": ex.dispatch.fencing_token},
+            )  # fmt: skip
             ex.ctx.cancel(c.reason or "cancelled by the node")
             return True
         return self._cancel_held(c)
@@ -278,6 +282,7 @@ class Attempts:
             d.execution_id,
             conn.endpoint,
             conn.node_live_until_ms,
+            extra={"execution": d.execution_id, "job": d.job_id, "token": d.fencing_token},
         )
         conn.add_result(self.result(d, worker_pb2.OUTCOME_CANCELLED, error=UNVOUCHED_REASON))
         self._give_back(conn, held=True)
@@ -287,7 +292,10 @@ class Attempts:
         if h is None or c.fencing_token not in (0, h.dispatch.fencing_token):
             return False
         self.hold.take(c.execution_id)
-        log.info("held execution %s cancelled by the node: %s", c.execution_id, c.reason)
+        log.info(
+            "held execution %s cancelled by the node: %s", c.execution_id, c.reason,
+            extra={"execution": c.execution_id, "token": h.dispatch.fencing_token},
+        )  # fmt: skip
         h.conn.add_result(
             self.result(
                 h.dispatch, worker_pb2.OUTCOME_CANCELLED, error=c.reason or "cancelled by the node"

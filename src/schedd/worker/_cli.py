@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schedd._errors import SchedError
+from schedd._logfmt import bind_process
 from schedd.worker._config import WorkerConfig
 from schedd.worker._http import HttpConfig, HttpExecutor
 from schedd.worker._worker import Worker
@@ -71,6 +72,8 @@ def run_worker_from_cli(
             metrics_listen=metrics_listen,
         )
         worker = Worker(config)
+        # Every line this process logs names the worker (its id is known once it started).
+        bind_process(worker=lambda: worker.worker_id)
         for name in imports:
             module = importlib.import_module(name)
             register = getattr(module, "register", None)

@@ -120,6 +120,8 @@ class NodeConnection:
         self.clock_offset_ms = 0
         self.messages_received = 0
         self._owner = owner
+        #: This worker's id, from the Hello that opened the latest stream (for log fields).
+        self._worker_id = ""
         self._backoff = backoff
         self._close_timeout_s = close_timeout_s
         self._task: asyncio.Task[None] | None = None
@@ -262,7 +264,10 @@ class NodeConnection:
         # run() turns every Exception into a reconnect: only a BaseException (SystemExit,
         # KeyboardInterrupt) ends it early. Say so rather than vanish.
         if not task.cancelled() and task.exception() is not None:
-            log.error("stream to %s stopped for good", self.endpoint, exc_info=task.exception())
+            log.error(
+                "stream to %s stopped for good", self.endpoint,
+                exc_info=task.exception(), extra=self._log_fields(),
+            )  # fmt: skip
 
     async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
         """End the stream and its task.
@@ -304,20 +309,37 @@ class NodeConnection:
             except asyncio.CancelledError:
                 raise
             except _EXPECTED_FAILURES as e:
-                log.warning("stream to %s failed: %s", self.endpoint, _describe(e))
+                log.warning(
+                    "stream to %s failed: %s", self.endpoint, _describe(e),
+                    extra=self._log_fields(),
+                )  # fmt: skip
                 welcomed = False
             except Exception:
-                log.exception("stream to %s crashed; reconnecting", self.endpoint)
+                log.exception(
+                    "stream to %s crashed; reconnecting", self.endpoint, extra=self._log_fields()
+                )
                 welcomed = False
             if self._closing.is_set():
                 return
             attempt = 0 if welcomed else attempt + 1
             delay = reconnect_delay(attempt, low, high)
             if self._retry.is_set():
-                log.debug("reconnecting to %s now (its node is live)", self.endpoint)
+                log.debug(
+                    "reconnecting to %s now (its node is live)", self.endpoint,
+                    extra=self._log_fields(),
+                )  # fmt: skip
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._pause_ends(), timeout=delay)
+
+    def _log_fields(self) -> dict[str, object]:
+        """``extra=`` of this stream's log lines: the worker, and the node once it answered."""
+        fields: dict[str, object] = {}
+        if self.welcome is not None and self.welcome.node_id:
+            fields["node"] = self.welcome.node_id
+        if self._worker_id:
+            fields["worker"] = self._worker_id
+        return fields
 
     def retry_now(self) -> None:
         """Cut a reconnect pause short: discovery saw this endpoint's node live (restarted
@@ -339,7 +361,9 @@ class NodeConnection:
         self._retry.clear()
         async with grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerStub(channel).Connect()
-            await call.write(worker_pb2.WorkerMessage(hello=self._owner.hello()))
+            hello = self._owner.hello()
+            self._worker_id = hello.worker_id
+            await call.write(worker_pb2.WorkerMessage(hello=hello))
             first = await call.read()
             if not isinstance(first, worker_pb2.NodeMessage) or not first.HasField("welcome"):
                 raise ConnectionError(f"{self.endpoint} did not answer Hello with Welcome")
@@ -347,7 +371,10 @@ class NodeConnection:
             if first.welcome.now_ms:
                 self.clock_offset_ms = first.welcome.now_ms - self._owner.clock_ms()
             self.node_live_until_ms = first.welcome.live_until_ms
-            log.info("connected to node %s at %s", first.welcome.node_id, self.endpoint)
+            log.info(
+                "connected to node %s at %s", first.welcome.node_id, self.endpoint,
+                extra=self._log_fields(),
+            )  # fmt: skip
             self.live = True
             self._owner.stream_opened(self)
             try:
