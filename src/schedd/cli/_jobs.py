@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 from rich.table import Table
@@ -17,7 +19,7 @@ from schedd.cli._context import (
     parse_pairs,
     settings,
 )
-from schedd.cli._output import emit, local_time, rows_table
+from schedd.cli._output import emit, local_time, relative, rows_table
 from schedd.cli._runs import emit_executions
 from schedd.client import UNSET, execution_to_dict, iso_utc, job_to_dict
 from schedd.v1 import job_pb2
@@ -63,6 +65,24 @@ def emit_jobs(jobs: list[job_pb2.Job]) -> None:
 def emit_job(job: job_pb2.Job) -> None:
     """Print one job: a field table, or its dict."""
     emit(settings().output, job_to_dict(job))
+
+
+def emit_changed(job: job_pb2.Job, verb: str) -> None:
+    """A job just created or changed: one line (name, id, next fire in UTC and in the job's
+    zone) by default, the whole record with ``-o``."""
+    if settings().output != "table":
+        emit_job(job)
+        return
+    if job.paused:
+        when = "paused"
+    elif job.next_fire_ms:
+        zone = job.schedule.timezone or "UTC"
+        local = datetime.fromtimestamp(job.next_fire_ms / 1000, tz=ZoneInfo(zone))
+        when = (f"next fire {iso_utc(job.next_fire_ms)} ({local:%Y-%m-%d %H:%M:%S} {zone},"
+                f" {relative(job.next_fire_ms)})")  # fmt: skip
+    else:
+        when = "no further fires"
+    click.echo(f"{verb} job {job.name} ({job.id}): {when}")
 
 
 @click.group("job")
@@ -163,7 +183,7 @@ def job_create(name: str, **opts: Any) -> None:
             **opts,
         )
     )
-    emit_job(result.job)
+    emit_changed(result.job, "created" if result.created else "exists:")
 
 
 @job_group.command("get")
@@ -238,7 +258,7 @@ def job_update(job_id: str, **opts: Any) -> None:
     if raw is not None:
         payload = parse_json("--payload", raw)
     opts["labels"] = parse_labels(opts.pop("labels"))
-    emit_job(settings().client().update_job(job_id, payload=payload, **opts))
+    emit_changed(settings().client().update_job(job_id, payload=payload, **opts), "updated")
 
 
 @job_group.command("delete")
@@ -361,3 +381,12 @@ def _backfill_progress(
     end = "\r" if sys.stderr.isatty() else "\n"
     click.echo(line.ljust(79), err=True, nl=False)
     click.echo(end, err=True, nl=False)
+
+
+def _register_describe() -> None:
+    from schedd.cli._describe import job_describe
+
+    job_group.add_command(job_describe)
+
+
+_register_describe()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -86,16 +87,57 @@ def run_group() -> None:
 @click.option("--state", "states", multiple=True, type=click.Choice(_STATES, case_sensitive=False))
 @click.option("--tenant", default="")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--watch", "-w", is_flag=True, help="Keep following: print runs as they appear or change."
+)
+@click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True)
 @output_option
-def run_list(job_id: str, states: tuple[str, ...], tenant: str, limit: int) -> None:
+def run_list(
+    job_id: str, states: tuple[str, ...], tenant: str, limit: int, watch: bool, interval: float
+) -> None:
     """List executions of every node, newest first.
 
     A node that does not answer is named in one warning line on stderr (the list may lack
     its executions); ``-o json`` prints ``{"executions": [...], "missing_nodes": [...]}``.
+    With ``--watch``, the runs listed now, then one line per run that appears or changes
+    state (``-o jsonl``: one JSON object per line), until Ctrl-C.
     """
     values = [parse_state(s, "--state") for s in states]
-    listing = settings().client().list_executions(job_id, values, tenant, limit)
-    emit_executions(listing, listing.missing_nodes)
+    client = settings().client()
+    if not watch:
+        listing = client.list_executions(job_id, values, tenant, limit)
+        emit_executions(listing, listing.missing_nodes)
+        return
+    seen: dict[str, tuple[int, int]] = {}
+    warned: set[str] = set()
+    while True:
+        listing = client.list_executions(job_id, values, tenant, limit)
+        for m in listing.missing_nodes:
+            if m.node_id not in warned:
+                warned.add(m.node_id)
+                warn_missing([m])
+        fresh = [
+            e for e in reversed(list(listing)) if seen.get(e.id) != (e.state, e.attempt)
+        ]  # oldest first, like a log
+        for e in fresh:
+            seen[e.id] = (e.state, e.attempt)
+        _follow_lines(fresh)
+        time.sleep(interval)
+
+
+def _follow_lines(executions: list[execution_pb2.Execution]) -> None:
+    fmt = settings().output
+    now = int(time.time() * 1000)
+    for e in executions:
+        if fmt in ("json", "jsonl"):
+            sys.stdout.write(json.dumps(execution_to_dict(e), default=str) + "\n")
+        else:
+            late = f"{e.started_ms - e.due_ms} ms late" if e.started_ms and e.due_ms else ""
+            reason = (e.error or e.reason).splitlines()[0][:100] if (e.error or e.reason) else ""
+            parts = [local_time(e.scheduled_ms, now), e.id, state_name(e.state),
+                     f"attempt {e.attempt}", e.worker_id, late, reason]  # fmt: skip
+            sys.stdout.write("  ".join(p for p in parts if p) + "\n")
+    sys.stdout.flush()
 
 
 @run_group.command("get")

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from schedd._errors import SchedError
+from schedd.cli._apply import apply_cmd
 from schedd.cli._context import DEFAULT_ENDPOINT, Settings, join_endpoints
 from schedd.cli._exit import ERROR, NOT_FOUND, UNAVAILABLE, USAGE, exit_code, report
 from schedd.cli._jobs import job_group
@@ -121,6 +122,7 @@ cli.add_command(dlq_group)
 cli.add_command(worker_group)
 cli.add_command(cluster_group)
 cli.add_command(tenant_group)
+cli.add_command(apply_cmd)
 cli.add_command(preview)
 
 

@@ -223,6 +223,18 @@ class AsyncClient:
         req = build_update(job_id, expected_version=expected_version, payload=payload, **changes)
         return await self._call(self._stub.UpdateJob, req)
 
+    async def replace_fields(
+        self, job: job_pb2.Job, paths: Sequence[str], expected_version: int = 0
+    ) -> job_pb2.Job:
+        """Set the fields named by ``paths`` (``MUTABLE_PATHS``: ``schedule``, ``target``,
+        ``retry``, ...) of job ``job.id`` to their values in ``job``; ``Conflict`` when a
+        non-zero ``expected_version`` is not the stored one. What ``schedctl apply`` sends."""
+        req = scheduler_pb2.UpdateJobRequest(
+            update_paths=list(paths), expected_version=expected_version
+        )
+        req.job.CopyFrom(job)
+        return await self._call(self._stub.UpdateJob, req)
+
     async def delete_job(self, job_id: str) -> int:
         """Delete a job; returns how many pending executions were cancelled with it."""
         req = scheduler_pb2.DeleteJobRequest(id=job_id)

@@ -159,6 +159,7 @@ class Client:
     list_jobs_page = _blocking(AsyncClient.list_jobs_page)
     list_jobs = _blocking_iter(AsyncClient.list_jobs)
     update_job = _blocking(AsyncClient.update_job)
+    replace_fields = _blocking(AsyncClient.replace_fields)
     delete_job = _blocking(AsyncClient.delete_job)
     pause_job = _blocking(AsyncClient.pause_job)
     resume_job = _blocking(AsyncClient.resume_job)

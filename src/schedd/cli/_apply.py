@@ -1,0 +1,242 @@
+"""``schedctl apply -f FILE|DIR``: job specs in YAML or JSON, created or updated by name.
+
+A job is known by (tenant, name). Each document is parsed and checked locally first; any
+error names the file, the document and the field, and nothing is changed. Then every
+document is compared with the job of the same tenant and name: none, it is created; one
+that differs, it is updated (only the fields that differ, guarded by the job's version);
+the same, it is left alone. ``--dry-run`` stops after the comparison and prints what would
+happen. Applying the same files twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.table import Table
+
+from schedd._errors import InvalidArgument, SchedError
+from schedd.cli._context import output_option, settings
+from schedd.cli._output import console, emit, rows_table
+from schedd.client import Client
+from schedd.client._spec import changed_paths, job_from_dict
+from schedd.model import normalise_spec
+from schedd.v1 import job_pb2
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+#: Jobs created per call.
+_CREATE_CHUNK = 500
+
+
+@dataclass
+class Doc:
+    """One document: where it came from, what it asks for, what applying it does."""
+
+    where: str  # "jobs.yaml#2"
+    job: job_pb2.Job
+    paused: bool | None
+    action: str = ""
+    changes: list[str] = field(default_factory=list)
+    job_id: str = ""
+    stored: job_pb2.Job | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.job.tenant, self.job.name)
+
+
+class ApplyError(click.ClickException):
+    """Bad input: exit 2 with one line per problem."""
+
+    exit_code = 2
+
+
+def _files(paths: tuple[str, ...]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if str(p) == "-":
+            out.append(p)
+        elif p.is_dir():
+            out.extend(sorted(f for f in p.rglob("*") if f.suffix in _SUFFIXES and f.is_file()))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ApplyError(f"{p}: no such file or directory")
+    if not out:
+        raise ApplyError(f"no {'/'.join(_SUFFIXES)} files in {', '.join(paths)}")
+    return out
+
+
+def _documents(path: Path) -> list[Any]:
+    text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    name = "stdin" if str(path) == "-" else str(path)
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+            docs = data if isinstance(data, list) else [data]
+        else:
+            docs = []
+            for d in yaml.safe_load_all(text):
+                if isinstance(d, list):
+                    docs.extend(d)
+                elif d is not None:
+                    docs.append(d)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ApplyError(f"{name}: not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+    return docs
+
+
+def load(paths: tuple[str, ...], now_ms: int) -> list[Doc]:
+    """Every document of every file, parsed and normalised; all errors at once."""
+    docs: list[Doc] = []
+    errors: list[str] = []
+    seen: dict[tuple[str, str], str] = {}
+    for path in _files(paths):
+        name = "stdin" if str(path) == "-" else str(path)
+        for n, raw in enumerate(_documents(path), start=1):
+            where = f"{name}#{n}"
+            try:
+                job, paused = job_from_dict(raw)
+                job.tenant = job.tenant or "default"
+                normalise_spec(job, anchor_ms=now_ms)
+            except InvalidArgument as exc:  # field paths are the document's
+                field = exc.field.removeprefix("job.")
+                errors.append(f"{where}: {field}: {exc.reason}" if field else f"{where}: {exc}")
+                continue
+            doc = Doc(where, job, paused)
+            if doc.key in seen:
+                errors.append(f"{where}: job {job.name!r} of tenant {job.tenant!r} is also in "
+                              f"{seen[doc.key]}")  # fmt: skip
+                continue
+            seen[doc.key] = where
+            docs.append(doc)
+    if errors:
+        raise ApplyError("\n".join(errors))
+    if not docs:
+        raise ApplyError(f"no job specs in {', '.join(paths)}")
+    return docs
+
+
+def plan(client: Client, docs: list[Doc]) -> None:
+    """Fill in each document's action against the jobs stored now."""
+    by_tenant: dict[str, dict[str, list[job_pb2.Job]]] = {}
+    for tenant in sorted({d.job.tenant for d in docs}):
+        named: dict[str, list[job_pb2.Job]] = {}
+        for job in client.list_jobs(tenant=tenant):
+            named.setdefault(job.name, []).append(job)
+        by_tenant[tenant] = named
+    for doc in docs:
+        found = by_tenant[doc.job.tenant].get(doc.job.name, [])
+        if len(found) > 1:
+            ids = ", ".join(j.id for j in found)
+            raise ApplyError(
+                f"{doc.where}: {len(found)} jobs are named {doc.job.name!r} in tenant"
+                f" {doc.job.tenant!r} ({ids}): rename or delete all but one"
+            )
+        if not found:
+            doc.action = "create"
+            continue
+        stored = doc.stored = found[0]
+        doc.job_id = stored.id
+        doc.changes = changed_paths(doc.job, stored)
+        if doc.paused is not None and doc.paused != stored.paused:
+            doc.changes.append("paused")
+        doc.action = "update" if doc.changes else "unchanged"
+
+
+def execute(client: Client, docs: list[Doc], progress: bool) -> None:
+    """Create and update as planned; each document's action says what happened."""
+    creates = [d for d in docs if d.action == "create"]
+    updates = [d for d in docs if d.action == "update"]
+    total, done = len(creates) + len(updates), 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            click.echo(f"\rapplying: {done}/{total}", nl=False, err=True)
+
+    for i in range(0, len(creates), _CREATE_CHUNK):
+        chunk = creates[i : i + _CREATE_CHUNK]
+        for doc, made in zip(chunk, client.create_jobs([d.job for d in chunk]), strict=True):
+            if isinstance(made, SchedError):
+                doc.action = f"failed: {made}"
+                continue
+            doc.job_id = made.id
+            if doc.paused:
+                client.pause_job(made.id)
+        tick(len(chunk))
+    for doc in updates:
+        assert doc.stored is not None
+        paths = [p for p in doc.changes if p != "paused"]
+        try:
+            if paths:
+                doc.job.id = doc.job_id
+                client.replace_fields(doc.job, paths, expected_version=doc.stored.version)
+            if "paused" in doc.changes:
+                (client.pause_job if doc.paused else client.resume_job)(doc.job_id)
+        except SchedError as exc:
+            doc.action = f"failed: {exc}"
+        tick(1)
+    if progress and total:
+        click.echo("", err=True)
+
+
+def _table(docs: list[Doc], dry_run: bool) -> Table:
+    verb = {"create": "would create", "update": "would update"} if dry_run else {}
+    rows = [
+        (d.where, d.job.tenant, d.job.name, d.job_id or "-", verb.get(d.action, d.action),
+         ", ".join(d.changes))
+        for d in docs
+    ]  # fmt: skip
+    return rows_table(("DOCUMENT", "TENANT", "NAME", "ID", "ACTION", "CHANGES"), rows)
+
+
+@click.command("apply")
+@click.option(
+    "-f",
+    "--filename",
+    "paths",
+    multiple=True,
+    required=True,
+    help="A YAML or JSON file of job specs, a directory of them, or - for stdin; repeatable.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@output_option
+def apply_cmd(paths: tuple[str, ...], dry_run: bool) -> None:
+    """Create or update jobs from specs, matched by tenant and name.
+
+    A spec is what `schedctl job get ID -o yaml` prints (name and schedule.expr required;
+    output-only fields ignored). Applying the same specs again changes nothing.
+    """
+    docs = load(paths, int(time.time() * 1000))
+    client = settings().client()
+    plan(client, docs)
+    if not dry_run:
+        execute(client, docs, progress=sys.stderr.isatty() and len(docs) > 50)
+    fmt = settings().output
+    rows = [
+        {"document": d.where, "tenant": d.job.tenant, "name": d.job.name, "id": d.job_id,
+         "action": d.action, "changes": d.changes, "dry_run": dry_run}
+        for d in docs
+    ]  # fmt: skip
+    if fmt == "table":
+        console().print(_table(docs, dry_run))
+    else:
+        emit(fmt, rows)
+    counts: dict[str, int] = {}
+    for d in docs:
+        key = "failed" if d.action.startswith("failed") else d.action
+        counts[key] = counts.get(key, 0) + 1
+    would = "would be " if dry_run else ""
+    summary = ", ".join(f"{n} {would}{a}d" if a in ("create", "update") else f"{n} {a}"
+                        for a, n in sorted(counts.items()))  # fmt: skip
+    click.echo(f"{len(docs)} job specs: {summary}", err=True)
+    if counts.get("failed"):
+        sys.exit(1)

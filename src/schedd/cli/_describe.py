@@ -1,0 +1,94 @@
+"""``schedctl job describe ID``: a job's spec, its next fires, its last runs and dead letters."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import click
+from rich.console import Group
+from rich.table import Table
+
+from schedd.cli._context import output_option, settings
+from schedd.cli._output import console, emit, key_value_table, local_time, relative, rows_table
+from schedd.client import execution_to_dict, iso_utc, job_to_dict
+from schedd.model import state_name
+from schedd.v1 import execution_pb2, job_pb2
+
+
+def next_fires(job: job_pb2.Job, now_ms: int, count: int) -> list[dict[str, Any]]:
+    """The job's next ``count`` fire times after now (before jitter), UTC and in its zone."""
+    from schedd.schedule import parse_schedule
+
+    if job.paused or count <= 0:
+        return []
+    zone_name = job.schedule.timezone or "UTC"
+    schedule = parse_schedule(job.schedule.expr, zone_name, anchor_ms=job.created_ms or now_ms)
+    zone = ZoneInfo(zone_name)
+    out = []
+    for ms in schedule.fires(now_ms, limit=count):
+        local = datetime.fromtimestamp(ms / 1000, tz=zone)
+        out.append({"ms": ms, "utc": iso_utc(ms), "local": local.isoformat(timespec="seconds")})
+    return out
+
+
+def lateness_ms(ex: execution_pb2.Execution) -> int | None:
+    """Start minus due (the scheduler's lateness plus any tenant throttling), when started."""
+    return ex.started_ms - ex.due_ms if ex.started_ms and ex.due_ms else None
+
+
+def _runs_table(runs: list[execution_pb2.Execution], now: int) -> Table:
+    rows = []
+    for r in runs:
+        late = lateness_ms(r)
+        error = (r.error or r.reason).splitlines()[0][:80] if (r.error or r.reason) else ""
+        rows.append(
+            (r.id.rpartition("@")[2], local_time(r.scheduled_ms, now), state_name(r.state),
+             r.attempt, "-" if late is None else f"{late} ms", error)
+        )  # fmt: skip
+    return rows_table(("SCHEDULED MS", "SCHEDULED", "STATE", "ATTEMPT", "LATENESS", "ERROR"), rows,
+                      title="last runs")  # fmt: skip
+
+
+@click.command("describe")
+@click.argument("job_id")
+@click.option("--fires", "n_fires", type=click.IntRange(0, 1000), default=5, show_default=True)
+@click.option("--runs", "n_runs", type=click.IntRange(0, 1000), default=10, show_default=True)
+@output_option
+def job_describe(job_id: str, n_fires: int, n_runs: int) -> None:
+    """Show a job: its spec, its next fires (UTC and the job's zone), its last runs with
+    lateness and errors, and its dead letters."""
+    client = settings().client()
+    job = client.get_job(job_id)
+    now = int(time.time() * 1000)
+    fires = next_fires(job, now, n_fires)
+    runs = list(client.list_executions(job_id=job_id, limit=n_runs)) if n_runs else []
+    dead = client.list_dead_letters(job_id=job_id, limit=100)
+    if settings().output != "table":
+        doc = {
+            "job": job_to_dict(job),
+            "next_fires": [{"utc": f["utc"], "local": f["local"]} for f in fires],
+            "runs": [{**execution_to_dict(r), "lateness_ms": lateness_ms(r)} for r in runs],
+            "dead_letters": [execution_to_dict(d) for d in dead],
+        }
+        emit(settings().output, doc)
+        return
+    spec = {k: v for k, v in job_to_dict(job).items() if not k.endswith("_ms")}
+    zone = job.schedule.timezone or "UTC"
+    fire_rows = [(f["utc"], f["local"], relative(f["ms"], now)) for f in fires]
+    parts: list[Any] = [key_value_table(spec)]
+    if job.paused:
+        parts.append("[bold]paused[/bold]: no fires until it is resumed")
+    else:
+        parts.append(rows_table(("UTC", f"LOCAL ({zone})", "WHEN"), fire_rows, title="next fires"))
+    parts.append(_runs_table(runs, now) if runs else "no runs yet")
+    if dead:
+        dead_rows = [(d.id, d.attempt, (d.error or d.reason)[:80]) for d in dead]
+        parts.append(
+            rows_table(("EXECUTION", "ATTEMPTS", "ERROR"), dead_rows, title="dead letters")
+        )
+    else:
+        parts.append("no dead letters")
+    console().print(Group(*parts))
