@@ -117,7 +117,9 @@ def load(paths: tuple[str, ...], now_ms: int) -> list[Doc]:
             seen[doc.key] = where
             docs.append(doc)
     if errors:
-        raise ApplyError("\n".join(errors))
+        for line in errors:
+            click.echo(line, err=True)
+        raise ApplyError(f"{len(errors)} problem(s) in the job specs; nothing was applied")
     if not docs:
         raise ApplyError(f"no job specs in {', '.join(paths)}")
     return docs

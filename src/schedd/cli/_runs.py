@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -16,6 +17,7 @@ from schedd.cli._context import output_option, settings
 from schedd.cli._exit import warn_missing
 from schedd.cli._output import console, emit, local_time, rows_table
 from schedd.client import (
+    Client,
     cluster_status_to_dict,
     execution_to_dict,
     missing_nodes_to_dicts,
@@ -108,6 +110,13 @@ def run_list(
         listing = client.list_executions(job_id, values, tenant, limit)
         emit_executions(listing, listing.missing_nodes)
         return
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a watch ends
+        _follow(client, job_id, values, tenant, limit, interval)
+
+
+def _follow(
+    client: Client, job_id: str, values: list[int], tenant: str, limit: int, interval: float
+) -> None:
     seen: dict[str, tuple[int, int]] = {}
     warned: set[str] = set()
     while True:
