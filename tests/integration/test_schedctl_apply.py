@@ -199,7 +199,11 @@ async def test_run_list_watch_follows_new_runs(h: Harness) -> None:
                     seen.add(row["id"])
     finally:
         proc.send_signal(signal.SIGINT)
-        await proc.wait()
+        try:
+            await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            proc.kill()
+            raise
     assert proc.returncode == 0  # Ctrl-C ends a watch
 
 

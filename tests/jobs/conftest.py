@@ -168,9 +168,9 @@ class KindsCluster:
         for p in self.procs:
             if p.alive:
                 p.signal(15)
-        for p in self.procs:
+        for p in self.procs:  # a worker still in a slow request is not waited for long
             try:
-                p.wait(15)
+                p.wait(4)
             except Exception:
                 p.signal(9)
         for t in self.targets:

@@ -123,8 +123,8 @@ async def test_node_and_worker_metrics_are_clean_and_tell_what_happened(
     # No job or execution id is a label value anywhere.
     assert not re.search(r'="[^"]*@\d+"', n + w)
     assert value(w, "schedd_start_lateness_seconds_count") >= 3
-    # Every start was on time within a second (held ahead: starts at the instant).
-    assert value(w, 'schedd_start_lateness_seconds_bucket{le="1.0"}') == value(
+    # Every start was on time within 5 s (held ahead: they start at the instant).
+    assert value(w, 'schedd_start_lateness_seconds_bucket{le="5.0"}') == value(
         w, "schedd_start_lateness_seconds_count"
     )
     assert value(w, 'schedd_executions_finished_total{outcome="FAILED_PERMANENT"}') >= 1

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -110,16 +111,28 @@ def run_list(
         listing = client.list_executions(job_id, values, tenant, limit)
         emit_executions(listing, listing.missing_nodes)
         return
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a watch ends
-        _follow(client, job_id, values, tenant, limit, interval)
+    # Ctrl-C is how a watch ends: it sets a flag (no exception in the middle of a call), the
+    # poll in progress finishes, and the command exits 0.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        _follow(client, job_id, values, tenant, limit, interval, stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _follow(
-    client: Client, job_id: str, values: list[int], tenant: str, limit: int, interval: float
+    client: Client,
+    job_id: str,
+    values: list[int],
+    tenant: str,
+    limit: int,
+    interval: float,
+    stop: threading.Event,
 ) -> None:
     seen: dict[str, tuple[int, int]] = {}
     warned: set[str] = set()
-    while True:
+    while not stop.is_set():
         listing = client.list_executions(job_id, values, tenant, limit)
         for m in listing.missing_nodes:
             if m.node_id not in warned:
@@ -131,7 +144,7 @@ def _follow(
         for e in fresh:
             seen[e.id] = (e.state, e.attempt)
         _follow_lines(fresh)
-        time.sleep(interval)
+        stop.wait(interval)
 
 
 def _follow_lines(executions: list[execution_pb2.Execution]) -> None:
