@@ -81,6 +81,14 @@ def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
         with urllib.request.urlopen(url, timeout=10) as resp:
             text = resp.read().decode()
         assert "schedd_fires_total" in text and "schedd_start_lateness_seconds_count" in text
+        # The dev node serves the dashboard (read-only by default), its job included.
+        dashboard = next(ln for ln in lines if ln.strip().startswith("dashboard"))
+        page = dashboard.split()[1]
+        assert page.startswith("http://127.0.0.1:") and "read-only" in dashboard, dashboard
+        with urllib.request.urlopen(page + "jobs", timeout=10) as resp:
+            html = resp.read().decode()
+            assert resp.headers["Content-Security-Policy"].startswith("default-src 'self'")
+        assert job_id in html and ">hi<" in html
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)

@@ -82,6 +82,31 @@ def metrics_option(func: F | None = None, *, default: str = "") -> Any:
     return wrap(func) if func is not None else wrap
 
 
+def http_options(func: F | None = None, *, default: str = "") -> Any:
+    """``--http-listen HOST:PORT`` (the web dashboard; "": off) and ``--http-actions``."""
+
+    def wrap(f: F) -> F:
+        f = click.option(
+            "--http-actions/--no-http-actions",
+            envvar="SCHEDD_HTTP_ACTIONS",
+            default=False,
+            show_default=True,
+            help="let the dashboard pause, resume, trigger and redrive (each confirmed, with a"
+            " CSRF token); off: read-only",
+        )(f)
+        return click.option(
+            "--http-listen",
+            envvar="SCHEDD_HTTP_LISTEN",
+            default=default,
+            show_default=bool(default),
+            callback=_check_listen,
+            help="serve the web dashboard at http://HOST:PORT/"
+            + (" ('' turns it off)" if default else " (default: off)"),
+        )(f)
+
+    return wrap(func) if func is not None else wrap
+
+
 @main.command()
 @click.option(
     "--etcd",
@@ -201,11 +226,14 @@ def metrics_option(func: F | None = None, *, default: str = "") -> Any:
     " --etcd endpoints; default: the endpoints' host name when they share one)",
 )
 @metrics_option
+@http_options
 def node(
     etcd_endpoints: str,
     listen: str,
     advertise: str,
     metrics_listen: str,
+    http_listen: str,
+    http_actions: bool,
     node_id: str | None,
     data_dir: str | None,
     partitions: int,
@@ -258,6 +286,8 @@ def node(
         listen=listen,
         advertise=advertise,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
+        http_actions=http_actions,
         etcd=etcd,
         prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
         partitions=partitions,
@@ -363,7 +393,15 @@ def worker(
 @click.option("--listen", default="127.0.0.1:7070", show_default=True)
 @job_kind_options
 @metrics_option(default="127.0.0.1:9464")  # type: ignore[untyped-decorator]
-def dev(data_dir: str, listen: str, metrics_listen: str, **kinds: Any) -> None:
+@http_options(default="127.0.0.1:8080")  # type: ignore[untyped-decorator]
+def dev(
+    data_dir: str,
+    listen: str,
+    metrics_listen: str,
+    http_listen: str,
+    http_actions: bool,
+    **kinds: Any,
+) -> None:
     """Start etcd, a node and a worker with demo handlers (echo, sleep, fail, flaky) that runs
     HTTP jobs too (shell jobs with --allow-shell)."""
     from schedd.dev._cluster import run_dev
@@ -371,7 +409,15 @@ def dev(data_dir: str, listen: str, metrics_listen: str, **kinds: Any) -> None:
     http, shell = job_kind_configs(kinds)
     try:
         sys.exit(
-            run_dev(Path(data_dir), listen, http=http, shell=shell, metrics_listen=metrics_listen)
+            run_dev(
+                Path(data_dir),
+                listen,
+                http=http,
+                shell=shell,
+                metrics_listen=metrics_listen,
+                http_listen=http_listen,
+                http_actions=http_actions,
+            )
         )
     except (SchedError, RuntimeError) as exc:
         _say("schedd dev: %s", exc, error=True)

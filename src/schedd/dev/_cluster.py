@@ -30,6 +30,7 @@ schedd dev is running:
   node    {node}   (gRPC: client API and worker streams)
   worker  {worker} (handlers: echo, sleep, fail, flaky; {kinds})
   metrics {metrics}
+  dashboard {dashboard}
 
 Try, in another terminal (source .venv/bin/activate first):
   schedctl job create hello --schedule '*/5 * * * * *' --handler echo --payload '{{"msg": "hi"}}'
@@ -58,6 +59,8 @@ async def _run(
     http: HttpConfig | None,
     shell: ShellConfig | None,
     metrics_listen: str,
+    http_listen: str = "",
+    http_actions: bool = False,
 ) -> int:
     from schedd.dev.demo_handlers import register
     from schedd.worker import Worker, WorkerConfig
@@ -73,6 +76,10 @@ async def _run(
     if metrics_listen and port != "0" and not port_is_free(int(port), host or "127.0.0.1"):
         log.warning("metrics port %s is taken: serving metrics on another one", port)
         metrics_listen = f"{host}:0"
+    host, _, port = http_listen.rpartition(":")
+    if http_listen and port != "0" and not port_is_free(int(port), host or "127.0.0.1"):
+        log.warning("dashboard port %s is taken: serving the dashboard on another one", port)
+        http_listen = f"{host}:0"
     await asyncio.to_thread(etcd.start)
     node = Node(
         NodeConfig(
@@ -82,6 +89,8 @@ async def _run(
             data_dir=data_dir / "node",
             partitions=8,
             metrics_listen=metrics_listen,
+            http_listen=http_listen,
+            http_actions=http_actions,
         ),
         recorder=recorder,
     )
@@ -114,6 +123,7 @@ async def _run(
                 worker="dev-worker",
                 kinds=_kinds_text(http, shell),
                 metrics=_metrics_text(node),
+                dashboard=_dashboard_text(node),
             ),
             flush=True,
         )
@@ -138,6 +148,13 @@ def _metrics_text(node: Node) -> str:
     return f"http://{server.address}/metrics" if server is not None else "off (--metrics-listen)"
 
 
+def _dashboard_text(node: Node) -> str:
+    server = node.dashboard
+    if server is None:
+        return "off (--http-listen)"
+    return server.url + ("" if server.actions else " (read-only; --http-actions)")
+
+
 def _kinds_text(http: HttpConfig | None, shell: ShellConfig | None) -> str:
     parts = ["HTTP jobs" if http is not None else "no HTTP jobs (--no-http)"]
     parts.append("shell jobs" if shell is not None else "no shell jobs (--allow-shell)")
@@ -151,9 +168,13 @@ def run_dev(
     http: HttpConfig | None = None,
     shell: ShellConfig | None = None,
     metrics_listen: str = "",
+    http_listen: str = "",
+    http_actions: bool = False,
 ) -> int:
     """Runs the dev cluster until Ctrl-C or SIGTERM; returns the exit code.
 
     The worker runs the demo handlers, HTTP jobs with ``http`` and shell jobs with ``shell``.
     """
-    return asyncio.run(_run(data_dir.resolve(), listen, http, shell, metrics_listen))
+    return asyncio.run(
+        _run(data_dir.resolve(), listen, http, shell, metrics_listen, http_listen, http_actions)
+    )

@@ -17,6 +17,9 @@ class NodeConfig:
         listen: ``host:port`` of the gRPC server (client API and worker streams).
         advertise: address other parties should use; defaults to ``listen``.
         metrics_listen: ``host:port`` of the Prometheus ``/metrics`` endpoint ("": none).
+        http_listen: ``host:port`` of the web dashboard ("": none).
+        http_actions: whether the dashboard offers pause, resume, trigger and redrive (off:
+            read-only, every POST answers 403).
         etcd: how to reach etcd.
         prefix: etcd key prefix of this cluster.
         partitions: P, fixed at cluster init (later nodes use the stored value).
@@ -75,6 +78,8 @@ class NodeConfig:
     listen: str = "127.0.0.1:7070"
     advertise: str = ""
     metrics_listen: str = ""
+    http_listen: str = ""
+    http_actions: bool = False
     etcd: EtcdConfig = field(default_factory=EtcdConfig)
     prefix: bytes = DEFAULT_PREFIX
     partitions: int = 64

@@ -36,6 +36,7 @@ from schedd.coord import (
     init_cluster,
 )
 from schedd.coord._mirror import PrefixMirror
+from schedd.dashboard import DashboardServer
 from schedd.dispatch import DispatchConfig, Dispatcher
 from schedd.history import History, HistoryPruner, Position, comes_after, list_order
 from schedd.node._api import NodeApi, page_size
@@ -107,6 +108,8 @@ class Node:
         #: The Prometheus recorder, when metrics are on (its gauges are registered at start).
         self.metrics = recorder if isinstance(recorder, PrometheusRecorder) else None
         self.metrics_server: MetricsServer | None = None
+        #: The web dashboard, when ``http_listen`` is set (started last, stopped first).
+        self.dashboard: DashboardServer | None = None
         # The store; None: connect to etcd (config.etcd) at start, and close it at stop.
         self._given_kv = kv
         self.clock: Clock = clock or SystemClock()
@@ -171,6 +174,9 @@ class Node:
             if cfg.metrics_listen:
                 self.metrics_server = MetricsServer(self.metrics, cfg.metrics_listen)
                 await self.metrics_server.start()
+        if cfg.http_listen:
+            self.dashboard = DashboardServer(self, cfg.http_listen, actions=cfg.http_actions)
+            await self.dashboard.start()
         await self._watch_tenants()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
         self.upkeep = StoreUpkeep(self.kv, self.keys, cfg, self.clock, self.health, self.partitions)
@@ -277,6 +283,8 @@ class Node:
         """
         self._stopping = True
         timeout = self.config.stop_timeout_s if timeout is None else timeout
+        if self.dashboard is not None:
+            await self.dashboard.stop()
         if graceful and self._ownership is not None:
             try:
                 await asyncio.wait_for(self._ownership.release_all(), timeout)

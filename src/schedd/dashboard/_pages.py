@@ -1,0 +1,290 @@
+"""The dashboard's pages as HTML bodies, from the API's messages (pure functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+from schedd.dashboard._csrf import FIELD
+from schedd.dashboard._html import (
+    Markup,
+    dst_notes,
+    esc,
+    fmt_ms,
+    join,
+    lateness_svg,
+    link,
+    table,
+    tag,
+)
+from schedd.model import state_name
+from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
+
+#: The states the runs page filters by.
+RUN_STATES = (
+    "PENDING", "DISPATCHED", "RUNNING", "SUCCEEDED", "FAILED", "RETRY_WAIT", "DEAD", "MISSED",
+    "SKIPPED", "CANCELLED",
+)  # fmt: skip
+
+
+def job_href(job_id: str) -> str:
+    return "/jobs/" + quote(job_id, safe="")
+
+
+def lateness_ms(ex: execution_pb2.Execution) -> int | None:
+    """Start minus due, when it started."""
+    return ex.started_ms - ex.due_ms if ex.started_ms and ex.due_ms else None
+
+
+def _error(ex: execution_pb2.Execution) -> str:
+    text = ex.error or ex.reason
+    return text.splitlines()[0][:200] if text else ""
+
+
+def cluster_body(status: scheduler_pb2.ClusterStatus, etcd_ok: bool) -> Markup:
+    """Nodes (clock skew, partitions owned), partitions (owner, epoch), workers (load), etcd."""
+    etcd = tag("span", "reachable" if etcd_ok else "UNREACHABLE", class_="ok" if etcd_ok else "bad")
+    nodes = table(
+        ("NODE", "ADDRESS", "VERSION", "STARTED (UTC)", "PARTITIONS", "CLOCK SKEW", "ELIGIBLE"),
+        (
+            (
+                n.node_id, n.address, n.version, fmt_ms(n.started_ms), n.partitions_owned,
+                f"{n.clock_skew_ms} ms" if n.reported and n.clock_skew_known else "-",
+                ("yes" if n.eligible else f"no: {n.ineligible_reason}") if n.reported else "-",
+            )
+            for n in status.nodes
+        ),
+        id_="nodes",
+    )  # fmt: skip
+    parts = table(
+        ("PARTITION", "OWNER", "EPOCH"),
+        ((p.partition, p.owner or "(none)", p.epoch) for p in status.partitions),
+        id_="partitions",
+    )
+    workers = table(
+        ("WORKER", "NODES", "QUEUES", "HANDLERS", "IN FLIGHT / CAPACITY", "HELD", "CONNECTED"),
+        (
+            (
+                w.worker_id, ", ".join(w.node_ids) or w.node_id, ", ".join(w.queues),
+                ", ".join(w.handlers), f"{w.in_flight} / {w.capacity}", w.held,
+                fmt_ms(w.connected_ms),
+            )
+            for w in status.workers
+        ),
+        id_="workers",
+    )  # fmt: skip
+    missing = (
+        tag("p", "not answering: " + ", ".join(f"{m.node_id} ({m.reason})" for m in
+            status.missing_nodes), class_="bad")
+        if status.missing_nodes else ""
+    )  # fmt: skip
+    return join(
+        [
+            tag("p", join(["cluster ", tag("code", status.cluster_id), ", etcd ", etcd,
+                           f", {status.partition_count} partitions"])),
+            missing,
+            tag("h2", "Nodes"), nodes,
+            tag("h2", "Workers"), workers if status.workers else tag("p", "no workers connected"),
+            tag("h2", "Partitions"), parts,
+        ]
+    )  # fmt: skip
+
+
+def jobs_body(jobs: Sequence[job_pb2.Job], query: str, state: str) -> Markup:
+    """The search form and the jobs matching it, with their next fire in their zone."""
+    options = join(
+        tag("option", label, value=value, selected="selected" if value == state else None)
+        for value, label in (("", "any state"), ("active", "active"), ("paused", "paused"))
+    )
+    form = tag(
+        "form",
+        join([
+            tag("input", name="q", value=query, placeholder="name, id, tenant or label",
+                type="search", id="q"),
+            tag("select", options, name="state", id="state"),
+            tag("button", "Filter", type="submit"),
+        ]),
+        method="get", action="/jobs", class_="filter",
+    )  # fmt: skip
+    rows = []
+    for j in jobs:
+        zone = j.schedule.timezone or "UTC"
+        rows.append(
+            (
+                link(job_href(j.id), j.name or j.id), j.tenant, j.schedule.expr, zone,
+                "-" if j.paused else fmt_ms(j.next_fire_ms, zone),
+                tag("span", "paused" if j.paused else "active", class_="state"), j.id,
+            )
+        )  # fmt: skip
+    body = (
+        table(("NAME", "TENANT", "SCHEDULE", "ZONE", "NEXT FIRE (JOB ZONE)", "STATE", "ID"), rows,
+              id_="jobs")
+        if rows else tag("p", "no jobs match", class_="empty")
+    )  # fmt: skip
+    return join([form, tag("p", f"{len(rows)} jobs"), body])
+
+
+def matches(job: job_pb2.Job, query: str, state: str) -> bool:
+    """Whether a job matches the jobs page's search (case-insensitive substring of its name,
+    id, tenant, handler or a label) and state filter."""
+    if (state == "paused" and not job.paused) or (state == "active" and job.paused):
+        return False
+    if not query:
+        return True
+    q = query.lower()
+    hay = [job.name, job.id, job.tenant, job.handler.name, job.schedule.expr]
+    hay += [f"{k}={v}" for k, v in job.labels.items()]
+    return any(q in h.lower() for h in hay)
+
+
+def action_form(action: str, target: str, token: str, label: str, confirm: str) -> Markup:
+    """A POST form with the CSRF token; dash.js asks ``confirm`` before it submits."""
+    return tag(
+        "form",
+        join([
+            tag("input", type="hidden", name=FIELD, value=token),
+            tag("button", label, type="submit", class_="action", id=f"{action}-button"),
+        ]),
+        method="post", action=f"/actions/{action}/{quote(target, safe='')}",
+        class_="action-form", data_confirm=confirm,
+    )  # fmt: skip
+
+
+def job_body(
+    job: job_pb2.Job,
+    fires_ms: Sequence[int],
+    runs: Sequence[execution_pb2.Execution],
+    dead: Sequence[execution_pb2.Execution],
+    token: str | None,
+) -> Markup:
+    """A job: its spec, next fires with DST notes, recent runs with lateness and errors."""
+    zone = job.schedule.timezone or "UTC"
+    kind = job.WhichOneof("target") or "-"
+    target = job.handler.name if kind == "handler" else job.http.url if kind == "http" else kind
+    spec = table(
+        ("FIELD", "VALUE"),
+        [
+            ("id", job.id), ("name", job.name), ("tenant", job.tenant),
+            ("schedule", job.schedule.expr), ("zone", zone), (kind, target),
+            ("state", tag("span", "paused" if job.paused else "active", id="job-state")),
+            ("max attempts", job.retry.max_attempts), ("partition", job.partition),
+            ("version", job.version), ("last fire", fmt_ms(job.last_fire_ms, zone)),
+            ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
+        ],
+        id_="spec",
+    )  # fmt: skip
+    actions: Any = ""
+    if token is not None:
+        pause = (
+            action_form("resume", job.id, token, "Resume", f"Resume job {job.name}?")
+            if job.paused
+            else action_form("pause", job.id, token, "Pause", f"Pause job {job.name}?")
+        )
+        trigger = action_form("trigger", job.id, token, "Trigger now", f"Run job {job.name} now?")
+        actions = tag("div", join([pause, trigger]), class_="actions")
+    notes = dst_notes(fires_ms, zone)
+    fires = (
+        table(("UTC", f"LOCAL ({zone})", "NOTE"),
+              ((fmt_ms(ms), fmt_ms(ms, zone), note)
+               for ms, note in zip(fires_ms, notes, strict=True)),
+              id_="fires")
+        if fires_ms else tag("p", "paused: no fires until it is resumed" if job.paused else
+                             "no more fires")
+    )  # fmt: skip
+    run_rows = [
+        (r.id.rpartition("@")[2], fmt_ms(r.scheduled_ms, zone), state_name(r.state), r.attempt,
+         "-" if (late := lateness_ms(r)) is None else f"{late} ms", _error(r))
+        for r in runs
+    ]  # fmt: skip
+    dead_rows = [(d.id, d.attempt, _error(d)) for d in dead]
+    return join([
+        actions, spec,
+        tag("h2", "Next fires"), fires,
+        tag("h2", "Recent runs"),
+        table(("SCHEDULED MS", f"SCHEDULED ({zone})", "STATE", "ATTEMPT", "LATENESS", "ERROR"),
+              run_rows, id_="job-runs") if run_rows else tag("p", "no runs yet"),
+        tag("h2", "Dead letters"),
+        table(("EXECUTION", "ATTEMPTS", "ERROR"), dead_rows, id_="job-dead") if dead_rows
+        else tag("p", "no dead letters"),
+    ])  # fmt: skip
+
+
+def run_row(r: execution_pb2.Execution) -> list[str]:
+    """A runs-table row (the same cells the JSON endpoint gives the live update)."""
+    late = lateness_ms(r)
+    return [
+        r.id,
+        r.job_id,
+        fmt_ms(r.scheduled_ms),
+        state_name(r.state),
+        str(r.attempt),
+        r.worker_id or "-",
+        "-" if late is None else f"{late} ms",
+        _error(r),
+    ]
+
+
+RUN_HEADERS = ("EXECUTION", "JOB", "SCHEDULED (UTC)", "STATE", "ATTEMPT", "WORKER", "LATENESS",
+               "ERROR")  # fmt: skip
+
+
+def runs_body(runs: Sequence[execution_pb2.Execution], state: str) -> Markup:
+    """Recent runs, filtered by state; dash.js polls /api/runs and re-renders the table."""
+    options = join(
+        tag("option", s or "any state", value=s, selected="selected" if s == state else None)
+        for s in ("", *RUN_STATES)
+    )
+    form = tag(
+        "form",
+        join([tag("select", options, name="state", id="state"),
+              tag("button", "Filter", type="submit")]),
+        method="get", action="/runs", class_="filter",
+    )  # fmt: skip
+    src = "/api/runs" + (f"?state={quote(state)}" if state else "")
+    live = tag("p", f"{len(runs)} runs, updating every 2 s", id="live-status")
+    tbl = table(RUN_HEADERS, (run_row(r) for r in runs), id_="runs")
+    return join([form, live, tag("div", tbl, id="runs-live", data_src=src)])
+
+
+def dead_body(dead: Sequence[execution_pb2.Execution], token: str | None) -> Markup:
+    """The dead letters, with a redrive button each when actions are on."""
+    if not dead:
+        return tag("p", "no dead letters", class_="empty")
+    rows = []
+    for d in dead:
+        row: list[object] = [d.id, link(job_href(d.job_id), d.job_id), d.tenant,
+                             fmt_ms(d.scheduled_ms), d.attempt, _error(d)]  # fmt: skip
+        if token is not None:
+            row.append(action_form("redrive", d.id, token, "Redrive", f"Redrive {d.id}?"))
+        rows.append(row)
+    headers = ("EXECUTION", "JOB", "TENANT", "SCHEDULED (UTC)", "ATTEMPTS", "ERROR")
+    return table(headers + (("ACTION",) if token is not None else ()), rows, id_="dead")
+
+
+def lateness_body(runs: Sequence[execution_pb2.Execution]) -> Markup:
+    """A chart of recent started runs' lateness (start minus due), with percentiles."""
+    started = sorted((r for r in runs if lateness_ms(r) is not None), key=lambda r: r.due_ms)
+    points = [(f"{r.id} ({fmt_ms(r.scheduled_ms)})", lateness_ms(r) or 0) for r in started]
+    values = sorted(v for _, v in points)
+
+    def pct(p: float) -> str:
+        return f"{values[min(int(p * len(values)), len(values) - 1)]} ms" if values else "-"
+
+    summary = table(
+        ("RUNS", "P50", "P95", "P99", "MAX"),
+        [(len(values), pct(0.5), pct(0.95), pct(0.99), f"{values[-1]} ms" if values else "-")],
+        id_="lateness-summary",
+    )
+    return join([
+        tag("p", "Lateness: how long after its due instant each run started (the scheduler's "
+                 "delay plus any tenant throttling)."),
+        summary, lateness_svg(points),
+    ])  # fmt: skip
+
+
+def error_body(message: str) -> Markup:
+    return tag("p", message, class_="bad")
+
+
+__all__ = ["esc"]

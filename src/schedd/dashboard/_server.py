@@ -1,0 +1,285 @@
+"""The dashboard's HTTP server: pages, a JSON feed for live runs, static files, actions.
+
+Read-only unless started with ``actions``: then the job page has pause/resume/trigger forms
+and the dead-letter page redrive forms, each with a CSRF token (:mod:`._csrf`); without it
+no form is rendered and every POST answers 403. Every response forbids framing, sniffing
+and any script or style not served by the node itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd.dashboard import _pages as pages
+from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
+from schedd.dashboard._html import layout
+from schedd.model import parse_state
+from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
+
+if TYPE_CHECKING:
+    from schedd.node import Node
+
+log = logging.getLogger(__name__)
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
+#: Most jobs the jobs page reads (then it says so).
+MAX_JOBS = 5000
+RECENT_RUNS = 200
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        response = exc
+    for key, value in SECURITY_HEADERS.items():
+        response.headers[key] = value
+    if isinstance(response, web.HTTPException):
+        raise response
+    return response
+
+
+def _static(name: str) -> bytes | None:
+    if "/" in name or name.startswith("."):
+        return None
+    path = resources.files("schedd.dashboard").joinpath("static", name)
+    return path.read_bytes() if path.is_file() else None
+
+
+class DashboardServer:
+    """Serves the dashboard of ``node`` on ``listen`` (HOST:PORT; port 0: any free one)."""
+
+    def __init__(self, node: Node, listen: str, actions: bool = False) -> None:
+        self.node = node
+        self.listen = listen
+        self.actions = actions
+        self.port = 0
+        self._secret = new_secret()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def address(self) -> str:
+        host = self.listen.rpartition(":")[0] or "0.0.0.0"
+        return f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/"
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_headers])
+        r = app.router
+        r.add_get("/", self._cluster)
+        r.add_get("/jobs", self._jobs)
+        r.add_get("/jobs/{id}", self._job)
+        r.add_get("/runs", self._runs)
+        r.add_get("/api/runs", self._api_runs)
+        r.add_get("/dead", self._dead)
+        r.add_get("/lateness", self._lateness)
+        r.add_get("/static/{name}", self._static)
+        r.add_post("/actions/{action}/{target}", self._action)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        host, _, port = self.listen.rpartition(":")
+        site = web.TCPSite(self._runner, host or None, int(port))
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else int(port)
+        log.info("dashboard on %s (%s)", self.url, "actions on" if self.actions else "read-only")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _page(self, title: str, body: object, status: int = 200) -> web.Response:
+        text = layout(title, body, node_id=self.node.config.node_id, actions=self.actions)
+        return web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
+
+    def _token(self, request: web.Request) -> tuple[str | None, str | None]:
+        """(form token, cookie to set) when actions are on; (None, None) otherwise."""
+        if not self.actions:
+            return None, None
+        cookie = request.cookies.get(COOKIE)
+        fresh = None if cookie else new_cookie()
+        return token_for(self._secret, cookie or fresh or ""), fresh
+
+    def _with_cookie(self, response: web.Response, fresh: str | None) -> web.Response:
+        if fresh:
+            response.set_cookie(COOKIE, fresh, httponly=True, samesite="Strict", path="/")
+        return response
+
+    async def _guard(self, title: str, call: Callable[[], Awaitable[web.Response]]) -> web.Response:
+        try:
+            return await call()
+        except NotFound as exc:
+            return self._page(title, pages.error_body(str(exc)), status=404)
+        except InvalidArgument as exc:
+            return self._page(title, pages.error_body(str(exc)), status=400)
+        except SchedError as exc:
+            return self._page(title, pages.error_body(f"unavailable: {exc}"), status=503)
+
+    async def _recent_runs(
+        self, state: str = "", job_id: str = ""
+    ) -> list[execution_pb2.Execution]:
+        req = scheduler_pb2.ListExecutionsRequest(job_id=job_id, page_size=RECENT_RUNS)
+        if state:
+            req.states.append(parse_state(state, "state"))  # type: ignore[arg-type]
+        resp = await self.node.api.list_executions(req)
+        return list(resp.executions)
+
+    async def _all_jobs(self) -> list[job_pb2.Job]:
+        out: list[job_pb2.Job] = []
+        token = ""
+        while len(out) < MAX_JOBS:
+            resp = await self.node.api.list_jobs(
+                scheduler_pb2.ListJobsRequest(page_size=500, page_token=token)
+            )
+            out.extend(resp.jobs)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    async def _cluster(self, request: web.Request) -> web.Response:
+        async def page() -> web.Response:
+            status = await self.node.api.cluster_status(scheduler_pb2.GetClusterStatusRequest())
+            return self._page("Cluster", pages.cluster_body(status, self.node.health.serving))
+
+        return await self._guard("Cluster", page)
+
+    async def _jobs(self, request: web.Request) -> web.Response:
+        query = request.query.get("q", "")[:200]
+        state = request.query.get("state", "")
+        if state not in ("", "active", "paused"):
+            state = ""
+
+        async def page() -> web.Response:
+            jobs = [j for j in await self._all_jobs() if pages.matches(j, query, state)]
+            jobs.sort(key=lambda j: (j.tenant, j.name, j.id))
+            return self._page("Jobs", pages.jobs_body(jobs, query, state))
+
+        return await self._guard("Jobs", page)
+
+    async def _job(self, request: web.Request) -> web.Response:
+        job_id = request.match_info["id"]
+        token, fresh = self._token(request)
+
+        async def page() -> web.Response:
+            from schedd.cli._describe import next_fires
+
+            job = await self.node.api.get_job(scheduler_pb2.GetJobRequest(id=job_id))
+            fires = [f["ms"] for f in next_fires(job, self.node.clock.now_ms(), 10)]
+            runs = await self._recent_runs(job_id=job.id)
+            dead = await self.node.api.list_dead_letters(
+                scheduler_pb2.ListDeadLettersRequest(job_id=job.id)
+            )
+            body = pages.job_body(job, fires, runs[:50], list(dead.executions), token)
+            return self._with_cookie(self._page(f"Job {job.name or job.id}", body), fresh)
+
+        return await self._guard("Job", page)
+
+    async def _runs(self, request: web.Request) -> web.Response:
+        state = request.query.get("state", "").upper()
+        if state not in pages.RUN_STATES:
+            state = ""
+
+        async def page() -> web.Response:
+            return self._page("Runs", pages.runs_body(await self._recent_runs(state), state))
+
+        return await self._guard("Runs", page)
+
+    async def _api_runs(self, request: web.Request) -> web.Response:
+        state = request.query.get("state", "").upper()
+        if state not in pages.RUN_STATES:
+            state = ""
+        try:
+            runs = await self._recent_runs(state)
+        except SchedError as exc:
+            return web.json_response({"error": str(exc)}, status=503)
+        return web.json_response(
+            {"headers": list(pages.RUN_HEADERS), "rows": [pages.run_row(r) for r in runs]}
+        )
+
+    async def _dead(self, request: web.Request) -> web.Response:
+        token, fresh = self._token(request)
+
+        async def page() -> web.Response:
+            resp = await self.node.api.list_dead_letters(
+                scheduler_pb2.ListDeadLettersRequest(page_size=1000)
+            )
+            body = pages.dead_body(list(resp.executions), token)
+            return self._with_cookie(self._page("Dead letters", body), fresh)
+
+        return await self._guard("Dead letters", page)
+
+    async def _lateness(self, request: web.Request) -> web.Response:
+        async def page() -> web.Response:
+            return self._page("Lateness", pages.lateness_body(await self._recent_runs()))
+
+        return await self._guard("Lateness", page)
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        data = _static(name)
+        if data is None:
+            raise web.HTTPNotFound()
+        kind = STATIC_TYPES.get(name[name.rfind(".") :], "application/octet-stream")
+        return web.Response(body=data, content_type=kind)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    async def _action(self, request: web.Request) -> web.Response:
+        if not self.actions:
+            off = pages.error_body("actions are off on this node (--http-actions)")
+            return self._page("Forbidden", off, status=403)
+        form = await request.post()
+        token = form.get(FIELD)
+        if not check_token(self._secret, request.cookies.get(COOKIE),
+                           token if isinstance(token, str) else None):  # fmt: skip
+            return self._page("Forbidden", pages.error_body("bad or missing CSRF token"), 403)
+        action, target = request.match_info["action"], request.match_info["target"]
+        api = self.node.api
+
+        async def act() -> web.Response:
+            if action == "pause":
+                await api.pause_job(scheduler_pb2.PauseJobRequest(id=target))
+            elif action == "resume":
+                await api.resume_job(scheduler_pb2.ResumeJobRequest(id=target))
+            elif action == "trigger":
+                await api.trigger_job(scheduler_pb2.TriggerJobRequest(id=target))
+            elif action == "redrive":
+                await api.redrive(scheduler_pb2.RedriveDeadLettersRequest(execution_ids=[target]))
+                raise web.HTTPSeeOther("/dead")
+            else:
+                raise web.HTTPNotFound()
+            log.info("dashboard action %s on %s", action, target)
+            raise web.HTTPSeeOther(pages.job_href(target))
+
+        return await self._guard("Action", act)
+
+
+__all__ = ["DashboardServer"]

@@ -1,0 +1,53 @@
+// schedd dashboard: a confirm before each action, and the live runs table.
+// Data is only ever set with textContent (never as HTML).
+"use strict";
+
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.getAttribute("data-confirm"))) {
+        event.preventDefault();
+      }
+    });
+  });
+
+  var live = document.getElementById("runs-live");
+  if (!live) {
+    return;
+  }
+  var src = live.getAttribute("data-src");
+  var status = document.getElementById("live-status");
+
+  function render(data) {
+    var body = document.getElementById("runs").querySelector("tbody") ||
+      document.getElementById("runs");
+    var rows = document.createDocumentFragment();
+    data.rows.forEach(function (cells) {
+      var tr = document.createElement("tr");
+      cells.forEach(function (cell) {
+        var td = document.createElement("td");
+        td.textContent = cell;
+        tr.appendChild(td);
+      });
+      rows.appendChild(tr);
+    });
+    body.replaceChildren(rows);
+    status.textContent = data.rows.length + " runs, updated " +
+      new Date().toLocaleTimeString();
+  }
+
+  function poll() {
+    fetch(src, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { return r.json(); })
+      .then(function (data) {
+        if (data.error) {
+          status.textContent = "update failed: " + data.error;
+        } else {
+          render(data);
+        }
+      })
+      .catch(function (err) { status.textContent = "update failed: " + err; })
+      .finally(function () { window.setTimeout(poll, 2000); });
+  }
+  window.setTimeout(poll, 2000);
+});
