@@ -56,7 +56,7 @@ def table(
     """A table of escaped cells (a :class:`Markup` cell is kept as it is)."""
     head = join(tag("th", h) for h in headers)
     body = join(tag("tr", join(tag("td", c) for c in row)) for row in rows)
-    return tag("table", join([tag("thead", tag("tr", head)), tag("tbody", body, id=id_)]))
+    return tag("table", join([tag("thead", tag("tr", head)), tag("tbody", body)]), id=id_)
 
 
 NAV = (

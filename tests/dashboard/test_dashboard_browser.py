@@ -1,0 +1,216 @@
+"""The dashboard in headless Chromium against a real node, worker and etcd: the pages show what
+the API shows, escaped; the runs page updates live; read-only means no forms and 403 on POST;
+with actions on, pause, resume and redrive work through the confirm dialogs.
+
+SCHEDD_SCREENSHOTS=1 saves a screenshot of each page to docs/dashboard/<page>.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from integration.cluster_harness import Harness, eventually
+from schedd.dashboard import DashboardServer
+from schedd.dev import EtcdProcess
+from schedd.node import Node
+
+pytestmark = pytest.mark.timeout(120)
+
+CHROMIUM = os.environ.get("SCHEDD_CHROMIUM", "/usr/bin/chromium")
+# Job names may not contain "/": a tag that would run script if it were not escaped.
+EVIL = '<img src=x onerror=alert(1)><script>alert(2)<script> & "co"\''
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
+
+
+def _need_browser() -> Any:
+    """Playwright's async API, or a skip (a failure under CI) when it or Chromium is missing."""
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        missing = "the playwright package (pip install -e '.[dev]')"
+    else:
+        if shutil.which(CHROMIUM) or Path(CHROMIUM).is_file():
+            return async_playwright
+        missing = f"Chromium at {CHROMIUM} (make etcd installs Debian's chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(f"the dashboard browser test needs {missing}")
+    pytest.skip(f"needs {missing}")
+
+
+@pytest.fixture
+async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
+    await harness.start_node(http_listen="127.0.0.1:0", http_actions=True)
+    await harness.start_worker()
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+async def _shot(page: Any, name: str) -> None:
+    if os.environ.get("SCHEDD_SCREENSHOTS") == "1":
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def _post(url: str, **kwargs: Any) -> int:
+    async with aiohttp.ClientSession() as session, session.post(url, **kwargs) as resp:
+        assert resp.headers["X-Frame-Options"] == "DENY"
+        return resp.status
+
+
+async def test_dashboard_pages_live_runs_and_actions(h: Harness) -> None:
+    async_playwright = _need_browser()
+    node: Node = h.nodes[0]
+    assert node.dashboard is not None and node.dashboard.actions
+    client = await h.connect()
+    evil = (await client.create_job(EVIL, schedule="@every 1h", handler="echo")).job
+    ticker = (await client.create_job("ticker", schedule="@every 1s", handler="echo")).job
+    doomed = (
+        await client.create_job("doomed", schedule="@after 1s", handler="fail", max_attempts=1)
+    ).job
+    dead = await eventually(
+        lambda: client.list_dead_letters(job_id=doomed.id),
+        lambda d: len(d) == 1,
+        what="a dead letter",
+    )
+    await eventually(lambda: h.runs(ticker.id), lambda r: len(r) >= 1, what="ticker runs")
+    read_only = DashboardServer(node, "127.0.0.1:0", actions=False)
+    await read_only.start()
+    base, ro = node.dashboard.url, read_only.url
+    alerts: list[str] = []
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+            )
+            page = await browser.new_page(viewport={"width": 1200, "height": 800})
+            page.on("dialog", lambda d: alerts.append(d.message))
+
+            # Cluster: every partition's owner and epoch as the API has them; the worker.
+            status = await client.cluster_status()
+            resp = await page.goto(base)
+            assert resp is not None and resp.status == 200
+            assert resp.headers["content-security-policy"].startswith("default-src 'self'")
+            assert resp.headers["x-content-type-options"] == "nosniff"
+            for p in status.partitions:
+                row = page.locator("#partitions tbody tr").nth(p.partition)
+                assert await row.locator("td").all_inner_texts() == [
+                    str(p.partition),
+                    p.owner,
+                    str(p.epoch),
+                ]
+            assert "n1" in await page.locator("#nodes").inner_text()
+            assert "w1" in await page.locator("#workers").inner_text()
+            assert "reachable" in await page.locator("main").inner_text()
+            await _shot(page, "cluster")
+
+            # Jobs: the hostile name shows as text (no script ran); search narrows the list.
+            await page.goto(base + "jobs")
+            table = await page.locator("#jobs").inner_text()
+            for job in (evil, ticker, doomed):
+                assert job.id in table
+            assert EVIL in table
+            assert await page.locator("main img, main script").count() == 0
+            await _shot(page, "jobs")
+            await page.fill("#q", "tick")
+            await page.click("form.filter button")
+            await page.wait_for_url("**/jobs?q=tick*")
+            names = await page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+            assert names == ["ticker"]
+
+            # A job's page: spec, next fires in its zone, recent runs.
+            await page.goto(f"{base}jobs/{evil.id}")
+            assert EVIL in await page.locator("h1").inner_text()
+            assert await page.locator("#fires tbody tr").count() == 10
+            await page.goto(f"{base}jobs/{ticker.id}")
+            assert await page.locator("#job-runs tbody tr").count() >= 1
+            await _shot(page, "job")
+
+            # Runs: a new run appears without a reload.
+            await page.goto(base + "runs")
+            await page.evaluate("window.__noReload = true")
+            before = set(await page.locator("#runs tbody tr td:first-child").all_inner_texts())
+            api_ids = {r.id for r in await h.runs(ticker.id)}
+            assert api_ids & before
+            await page.wait_for_function(
+                "n => document.querySelectorAll('#runs tbody tr').length > n"
+                " || document.getElementById('live-status').textContent.includes('updated')",
+                arg=len(before), timeout=15_000,
+            )  # fmt: skip
+            await eventually(
+                lambda: page.locator("#runs tbody tr td:first-child").all_inner_texts(),
+                lambda ids: bool(set(ids) - before),
+                what="a new run on the live page",
+            )
+            assert await page.evaluate("window.__noReload") is True
+            await _shot(page, "runs")
+
+            # Dead letters and the lateness chart.
+            await page.goto(base + "dead")
+            assert dead[0].id in await page.locator("#dead").inner_text()
+            await _shot(page, "dead")
+            await page.goto(base + "lateness")
+            assert await page.locator("svg.chart rect.bar").count() >= 1
+            await _shot(page, "lateness")
+
+            # Read-only: no forms at all, and a POST is refused.
+            await page.goto(f"{ro}jobs/{ticker.id}")
+            assert await page.locator("form.action-form").count() == 0
+            await page.goto(ro + "dead")
+            assert await page.locator("form.action-form").count() == 0
+            assert await _post(f"{ro}actions/pause/{ticker.id}", data={"csrf": "x"}) == 403
+            assert not (await client.get_job(ticker.id)).paused
+
+            # Actions on: a POST without the browser's cookie and token is refused.
+            assert await _post(f"{base}actions/pause/{ticker.id}", data={"csrf": "x"}) == 403
+            assert not (await client.get_job(ticker.id)).paused
+
+            # Dismissing the confirm does nothing; accepting pauses, then resumes.
+            await page.goto(f"{base}jobs/{ticker.id}")
+            await _confirm(page, "#pause-button", accept=False)
+            await asyncio.sleep(0.3)
+            assert not (await client.get_job(ticker.id)).paused
+            await _confirm(page, "#pause-button", accept=True)
+            await page.wait_for_url(f"**/jobs/{ticker.id}")
+            assert await page.locator("#job-state").inner_text() == "paused"
+            assert (await client.get_job(ticker.id)).paused
+            await _confirm(page, "#resume-button", accept=True)
+            await page.wait_for_selector("#pause-button")
+            assert not (await client.get_job(ticker.id)).paused
+
+            # Redrive: the dead letter runs again (and dies again: the handler always fails).
+            failed_before = len(h.calls.get("fail", []))
+            await page.goto(base + "dead")
+            await _confirm(page, "#redrive-button", accept=True)
+            await page.wait_for_url("**/dead")
+            await eventually(
+                lambda: asyncio.sleep(0, result=len(h.calls.get("fail", []))),
+                lambda n: n > failed_before,
+                what="the redriven run",
+            )
+            await browser.close()
+    finally:
+        await read_only.stop()
+    assert not [a for a in alerts if a in ("1", "2")], alerts
+
+
+async def _confirm(page: Any, selector: str, *, accept: bool) -> None:
+    """Clicks ``selector`` and answers the confirm dialog it opens."""
+
+    async def answer(dialog: Any) -> None:
+        assert dialog.type == "confirm"
+        await (dialog.accept() if accept else dialog.dismiss())
+
+    page.once("dialog", answer)
+    await page.click(selector)
