@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 
 # etcd's server binary; Debian's etcd-server package when it is not on PATH. The tests also
 # use faketime (a node with a skewed clock), openssl (certificates for TLS to etcd) and
-# promtool (Debian's prometheus package: checks cluster/prometheus): installed too when
-# missing, but not required.
+# promtool (Debian's prometheus package: checks cluster/prometheus) and chromium (the
+# dashboard's browser test, driven by Playwright): installed too when missing, but not required.
 etcd:
 	@command -v etcd >/dev/null 2>&1 || { \
 	  echo "installing etcd-server (apt-get)"; \
@@ -38,6 +38,11 @@ etcd:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; } || \
 	  echo "promtool not installed: the Prometheus rule tests will be skipped (outside CI)"; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; } || \
+	  echo "chromium not installed: the dashboard browser test will be skipped (outside CI)"; }
 
 proto: $(STAMP)
 	PYTHON=$(PY) scripts/gen_proto.sh
