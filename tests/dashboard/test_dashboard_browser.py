@@ -21,6 +21,9 @@ from integration.cluster_harness import Harness, eventually
 from schedd.dashboard import DashboardServer
 from schedd.dev import EtcdProcess
 from schedd.node import Node
+from schedd.v1 import execution_pb2
+
+MANUAL = execution_pb2.TRIGGER_MANUAL
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,6 +79,11 @@ async def test_dashboard_pages_live_runs_and_actions(h: Harness) -> None:
     client = await h.connect()
     evil = (await client.create_job(EVIL, schedule="@every 1h", handler="echo")).job
     ticker = (await client.create_job("ticker", schedule="@every 1s", handler="echo")).job
+    monthly = (
+        await client.create_job(
+            "monthly-report", schedule="30 2 8 * *", tz="America/New_York", handler="echo"
+        )
+    ).job
     doomed = (
         await client.create_job("doomed", schedule="@after 1s", handler="fail", max_attempts=1)
     ).job
@@ -132,10 +140,14 @@ async def test_dashboard_pages_live_runs_and_actions(h: Harness) -> None:
             # A job's page: spec, next fires in its zone, recent runs.
             await page.goto(f"{base}jobs/{evil.id}")
             assert EVIL in await page.locator("h1").inner_text()
-            assert await page.locator("#fires tbody tr").count() == 10
+            assert await page.locator("#fires tbody tr").count() == 12
+            # A monthly job in New York: 12 fires span a DST change, noted on its fire.
+            await page.goto(f"{base}jobs/{monthly.id}")
+            fires = await page.locator("#fires").inner_text()
+            assert "LOCAL (America/New_York)" in fires and "DST: clocks went" in fires
+            await _shot(page, "job")
             await page.goto(f"{base}jobs/{ticker.id}")
             assert await page.locator("#job-runs tbody tr").count() >= 1
-            await _shot(page, "job")
 
             # Runs: a new run appears without a reload.
             await page.goto(base + "runs")
@@ -188,6 +200,17 @@ async def test_dashboard_pages_live_runs_and_actions(h: Harness) -> None:
             await _confirm(page, "#resume-button", accept=True)
             await page.wait_for_selector("#pause-button")
             assert not (await client.get_job(ticker.id)).paused
+
+            # Trigger: a manual run of the (hourly) job starts now.
+            runs_before = {r.id for r in await h.runs(evil.id)}
+            await page.goto(f"{base}jobs/{evil.id}")
+            await _confirm(page, "#trigger-button", accept=True)
+            await page.wait_for_url(f"**/jobs/{evil.id}")
+            await eventually(
+                lambda: h.runs(evil.id),
+                lambda r: any(x.id not in runs_before and x.trigger == MANUAL for x in r),
+                what="the triggered run",
+            )
 
             # Redrive: the dead letter runs again (and dies again: the handler always fails).
             failed_before = len(h.calls.get("fail", []))

@@ -69,10 +69,12 @@ def test_dst_notes_name_skipped_and_repeated_hours() -> None:
     zone = "America/New_York"
     spring = [_ms(zone, 2026, 3, 7, 2, 30), _ms(zone, 2026, 3, 8, 3, 30)]
     notes = dst_notes(spring, zone)
-    assert notes[0] == "" and "an hour skipped" in notes[1] and "UTC-05:00 → UTC-04:00" in notes[1]
+    assert (
+        notes[0] == "" and "clocks went forward" in notes[1] and "UTC-05:00 → UTC-04:00" in notes[1]
+    )
     autumn = [_ms(zone, 2026, 10, 31, 1, 30), _ms(zone, 2026, 11, 2, 1, 30)]
     notes = dst_notes(autumn, zone)
-    assert "an hour repeated" in notes[1]
+    assert "clocks went back" in notes[1]
     first_of_two = [_ms(zone, 2026, 11, 1, 1, 30)]
     assert "repeated hour" in dst_notes(first_of_two, zone)[0]
     assert dst_notes([0, 3_600_000], "UTC") == ["", ""]

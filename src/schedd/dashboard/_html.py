@@ -92,8 +92,8 @@ def fmt_ms(ms: int, zone: str = "UTC") -> str:
 
 def dst_notes(fires_ms: Sequence[int], zone: str) -> list[str]:
     """A note per fire: where the zone's UTC offset changed since the previous fire (a DST
-    transition between them: a skipped or a repeated hour), or where the local time is the
-    second of a repeated hour; "" otherwise."""
+    transition between them: the clocks went forward or back), or where the local time falls
+    in an hour the zone repeats (it occurs twice); "" otherwise."""
     tz = ZoneInfo(zone or "UTC")
     notes: list[str] = []
     prev: int | None = None
@@ -103,12 +103,9 @@ def dst_notes(fires_ms: Sequence[int], zone: str) -> list[str]:
         off_s = int(offset.total_seconds()) if offset is not None else 0
         note = ""
         if prev is not None and off_s != prev:
-            kind = (
-                "clocks forward: an hour skipped"
-                if off_s > prev
-                else "clocks back: an hour repeated"
-            )
-            note = f"DST change before this fire ({kind}; UTC{_offset(prev)} → UTC{_offset(off_s)})"
+            way = "forward" if off_s > prev else "back"
+            change = f"UTC{_offset(prev)} → UTC{_offset(off_s)}"
+            note = f"DST: clocks went {way} since the previous fire ({change})"
         elif local.fold == 1 or _ambiguous(local, tz):
             note = "in a repeated hour (DST): this local time occurs twice"
         notes.append(note)

@@ -38,6 +38,8 @@ STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg
 #: Most jobs the jobs page reads (then it says so).
 MAX_JOBS = 5000
 RECENT_RUNS = 200
+#: How many next fires a job's page shows.
+NEXT_FIRES = 12
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -192,7 +194,7 @@ class DashboardServer:
             from schedd.cli._describe import next_fires
 
             job = await self.node.api.get_job(scheduler_pb2.GetJobRequest(id=job_id))
-            fires = [f["ms"] for f in next_fires(job, self.node.clock.now_ms(), 10)]
+            fires = [f["ms"] for f in next_fires(job, self.node.clock.now_ms(), NEXT_FIRES)]
             runs = await self._recent_runs(job_id=job.id)
             dead = await self.node.api.list_dead_letters(
                 scheduler_pb2.ListDeadLettersRequest(job_id=job.id)
