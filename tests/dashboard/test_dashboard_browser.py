@@ -166,6 +166,8 @@ async def test_dashboard_pages_live_runs_and_actions(h: Harness) -> None:
                 what="a new run on the live page",
             )
             assert await page.evaluate("window.__noReload") is True
+            link = page.locator("#runs tbody tr td:nth-child(2) a").first
+            assert await link.get_attribute("href") == f"/jobs/{await link.inner_text()}"
             await _shot(page, "runs")
 
             # Dead letters and the lateness chart.

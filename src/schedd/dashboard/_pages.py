@@ -243,7 +243,8 @@ def runs_body(runs: Sequence[execution_pb2.Execution], state: str) -> Markup:
     )  # fmt: skip
     src = "/api/runs" + (f"?state={quote(state)}" if state else "")
     live = tag("p", f"{len(runs)} runs, updating every 2 s", id="live-status")
-    tbl = table(RUN_HEADERS, (run_row(r) for r in runs), id_="runs")
+    rows = ([r[0], link(job_href(r[1]), r[1]), *r[2:]] for r in map(run_row, runs))
+    tbl = table(RUN_HEADERS, rows, id_="runs")
     return join([form, live, tag("div", tbl, id="runs-live", data_src=src)])
 
 

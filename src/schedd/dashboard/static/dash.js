@@ -24,9 +24,16 @@ document.addEventListener("DOMContentLoaded", function () {
     var rows = document.createDocumentFragment();
     data.rows.forEach(function (cells) {
       var tr = document.createElement("tr");
-      cells.forEach(function (cell) {
+      cells.forEach(function (cell, i) {
         var td = document.createElement("td");
-        td.textContent = cell;
+        if (i === 1) {  // the job: a link to its page
+          var a = document.createElement("a");
+          a.href = "/jobs/" + encodeURIComponent(cell);
+          a.textContent = cell;
+          td.appendChild(a);
+        } else {
+          td.textContent = cell;
+        }
         tr.appendChild(td);
       });
       rows.appendChild(tr);
