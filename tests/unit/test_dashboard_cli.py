@@ -1,10 +1,15 @@
-"""The dashboard's flags on `schedd node` and `schedd dev`."""
+"""The dashboard's flags on `schedd node` and `schedd dev`, and a taken port."""
 
 from __future__ import annotations
 
+import socket
+
+import pytest
 from click.testing import CliRunner
 
+from schedd._errors import Unavailable
 from schedd.cli.schedd_main import main
+from schedd.dashboard import DashboardServer
 
 
 def test_node_and_dev_take_http_listen_and_actions() -> None:
@@ -20,3 +25,13 @@ def test_http_listen_must_be_host_port() -> None:
     result = CliRunner().invoke(main, ["node", "--http-listen", "nowhere"])
     assert result.exit_code == 2
     assert "--http-listen" in result.output and "HOST:PORT" in result.output
+
+
+async def test_a_taken_port_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = DashboardServer(None, f"127.0.0.1:{port}")  # type: ignore[arg-type]
+        with pytest.raises(Unavailable, match="cannot listen"):
+            await server.start()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd._errors import InvalidArgument, NotFound, SchedError, Unavailable
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
 from schedd.dashboard._html import layout
@@ -103,7 +103,11 @@ class DashboardServer:
         await self._runner.setup()
         host, _, port = self.listen.rpartition(":")
         site = web.TCPSite(self._runner, host or None, int(port))
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.stop()
+            raise Unavailable(f"dashboard: cannot listen on {self.listen}: {exc}") from exc
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else int(port)
         log.info("dashboard on %s (%s)", self.url, "actions on" if self.actions else "read-only")
