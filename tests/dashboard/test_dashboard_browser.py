@@ -52,7 +52,9 @@ def _need_browser() -> Any:
 @pytest.fixture
 async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
     harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
-    await harness.start_node(http_listen="127.0.0.1:0", http_actions=True)
+    await harness.start_node(
+        http_listen="127.0.0.1:0", http_actions=True, metrics_listen="127.0.0.1:0"
+    )
     await harness.start_worker()
     try:
         yield harness
@@ -185,6 +187,9 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
             await _shot(page, "dead")
             await page.goto(base + "lateness")
             assert await page.locator("svg.chart rect.bar").count() >= 1
+            # With metrics on, the node's fire-delay histogram since it started too (empty
+            # here: the worker holds its runs ahead and starts them on its own timer).
+            assert "schedd_fire_delay_seconds" in await page.locator("main").inner_text()
             await _shot(page, "lateness")
 
             # Read-only: no forms at all, and a POST is refused.

@@ -116,3 +116,22 @@ def test_lateness_body_reports_percentiles_of_started_runs() -> None:
     runs.append(execution_pb2.Execution(id="j@0", due_ms=5))  # not started: left out
     body = pages.lateness_body(runs)
     assert "<td>100</td>" in body and "<td>51 ms</td>" in body and "<td>100 ms</td>" in body
+
+
+def test_histogram_buckets_from_the_exposition_are_per_bucket_and_summed() -> None:
+    text = (
+        "# HELP schedd_fire_delay_seconds d\n# TYPE schedd_fire_delay_seconds histogram\n"
+        'schedd_fire_delay_seconds_bucket{le="0.01"} 2.0\n'
+        'schedd_fire_delay_seconds_bucket{le="0.1"} 5.0\n'
+        'schedd_fire_delay_seconds_bucket{le="+Inf"} 6.0\n'
+        "schedd_fire_delay_seconds_count 6.0\nschedd_fire_delay_seconds_sum 0.3\n"
+    )
+    assert pages.histogram_buckets(text, "schedd_fire_delay_seconds") == [
+        ("0.01", 2), ("0.1", 3), ("+Inf", 1)
+    ]  # fmt: skip
+    assert pages.histogram_buckets(text, "schedd_start_lateness_seconds") == []
+    body = pages.metrics_body(text)
+    assert "schedd_fire_delay_seconds" in body and body.count('class="bar"') == 3
+    assert pages.metrics_body("") == ""
+    empty = text.replace(" 2.0", " 0.0").replace(" 5.0", " 0.0").replace(" 6.0", " 0.0")
+    assert "no observations yet" in pages.metrics_body(empty)

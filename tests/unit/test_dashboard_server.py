@@ -56,6 +56,7 @@ def stub_node() -> Any:
         api=StubApi(),
         config=SimpleNamespace(node_id="n<1>"),
         health=SimpleNamespace(serving=True),
+        metrics=None,
         clock=SimpleNamespace(now_ms=lambda: 1_700_000_000_000),
     )
 

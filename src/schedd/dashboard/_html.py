@@ -127,7 +127,7 @@ def _offset(seconds: int) -> str:
 
 
 def lateness_svg(
-    points: Sequence[tuple[str, int]], *, width: int = 640, height: int = 200
+    points: Sequence[tuple[str, int]], *, width: int = 640, height: int = 200, unit: str = "ms"
 ) -> Markup:
     """An inline SVG bar chart of runs' lateness (start minus due, ms), oldest first.
 
@@ -146,15 +146,16 @@ def lateness_svg(
         y = 5 + inner_h - h
         bars.append(
             f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{max(bar_w - 1, 0.5):.1f}" '
-            f'height="{h:.1f}"><title>{esc(label)}: {value} ms</title></rect>'
+            f'height="{h:.1f}"><title>{esc(label)}: {value} {esc(unit)}</title></rect>'
         )
     axis = (
         f'<line x1="{pad}" y1="{5 + inner_h}" x2="{width - 5}" y2="{5 + inner_h}" class="axis"/>'
         f'<line x1="{pad}" y1="5" x2="{pad}" y2="{5 + inner_h}" class="axis"/>'
         f'<text x="2" y="14" class="label">{top}</text>'
         f'<text x="2" y="{5 + inner_h}" class="label">0</text>'
-        f'<text x="{pad}" y="{height - 8}" class="label">ms late, {len(points)} runs, oldest'
-        " first</text>"
+        f'<text x="{pad}" y="{height - 8}" class="label">'
+        + (f"ms late, {len(points)} runs, oldest first" if unit == "ms" else esc(unit))
+        + "</text>"
     )
     return Markup(
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" '

@@ -284,6 +284,53 @@ def lateness_body(runs: Sequence[execution_pb2.Execution]) -> Markup:
     ])  # fmt: skip
 
 
+#: The node's histograms the lateness page shows when metrics are on (name, what it measures).
+HISTOGRAMS = (
+    ("schedd_fire_delay_seconds", "fire delay: due instant to the node handing the run out"),
+    ("schedd_start_lateness_seconds", "start lateness: due instant to the handler starting"),
+)
+
+
+def histogram_buckets(exposition: str, name: str) -> list[tuple[str, int]]:
+    """A histogram's observations per bucket (not cumulative), from Prometheus' text format:
+    (upper bound in seconds, count), summed over label sets; [] when it is not there."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cumulative: dict[float, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name != name.removesuffix("_seconds") and family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                le = float(sample.labels["le"])
+                cumulative[le] = cumulative.get(le, 0.0) + sample.value
+    out, below = [], 0.0
+    for le in sorted(cumulative):
+        out.append(("+Inf" if le == float("inf") else f"{le:g}", int(cumulative[le] - below)))
+        below = cumulative[le]
+    return out
+
+
+def metrics_body(exposition: str) -> Markup:
+    """The node's lateness histograms since it started (metrics on), one table and chart each."""
+    parts: list[object] = []
+    for name, what in HISTOGRAMS:
+        buckets = histogram_buckets(exposition, name)
+        if not buckets:
+            continue  # not in this process (the node's or a worker's)
+        if not any(n for _, n in buckets):
+            parts.append(tag("p", f"{name} ({what}): no observations yet", class_="empty"))
+            continue
+        parts += [
+            tag("h2", f"{name}: {what}"),
+            table(("≤ SECONDS", "RUNS"), buckets, id_=name),
+            lateness_svg([(f"≤ {le} s", n) for le, n in buckets], unit="runs"),
+        ]
+    if not parts:
+        return Markup("")
+    return join([tag("h2", "Since the node started (its metrics)", id="metrics"), *parts])
+
+
 def error_body(message: str) -> Markup:
     return tag("p", message, class_="bad")
 

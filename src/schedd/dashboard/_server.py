@@ -18,7 +18,7 @@ from aiohttp import web
 from schedd._errors import InvalidArgument, NotFound, SchedError, Unavailable
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
-from schedd.dashboard._html import layout
+from schedd.dashboard._html import join, layout
 from schedd.model import parse_state
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
@@ -244,7 +244,11 @@ class DashboardServer:
 
     async def _lateness(self, request: web.Request) -> web.Response:
         async def page() -> web.Response:
-            return self._page("Lateness", pages.lateness_body(await self._recent_runs()))
+            body = pages.lateness_body(await self._recent_runs())
+            if self.node.metrics is not None:
+                exposition = self.node.metrics.exposition().decode()
+                body = join([body, pages.metrics_body(exposition)])
+            return self._page("Lateness", body)
 
         return await self._guard("Lateness", page)
 
