@@ -114,6 +114,7 @@ async def test_node_and_worker_metrics_are_clean_and_tell_what_happened(
         "schedd_settle_backlog",
     ):
         assert f"\n{gauge} " in n, gauge  # fmt: skip
+    assert "# TYPE schedd_dispatch_held gauge" in n
     assert value(n, 'schedd_grpc_requests_total{code="NOT_FOUND",method="GetJob"}') == 1
     assert value(n, 'schedd_grpc_requests_total{code="OK",method="CreateJob"}') == 2
     assert value(n, 'schedd_store_request_seconds_count{op="txn"}') > 0

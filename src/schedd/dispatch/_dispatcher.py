@@ -220,6 +220,17 @@ class Dispatcher:
         """Executions out on workers (held ahead of their instant included)."""
         return len(self._in_flight)
 
+    def held_by_queue(self) -> dict[str, int]:
+        """Executions held on workers for a later instant (not started), per queue: a pass
+        over every in-flight execution, for metrics."""
+        now = self._clock.now_ms()
+        out: dict[str, int] = {}
+        for f in self._in_flight.values():
+            d = f.dispatch
+            if d.start_at_ms > now and not f.started:
+                out[d.queue] = out.get(d.queue, 0) + 1
+        return out
+
     def settle_backlog(self) -> int:
         """Results received and not yet settled."""
         return self._settler.backlog_count()

@@ -35,6 +35,9 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
     def pending() -> dict[tuple[str, ...], float]:
         return {(q,): float(n) for q, n in dispatcher.pending_by_queue().items()}
 
+    def held() -> dict[tuple[str, ...], float]:
+        return {(q,): float(n) for q, n in dispatcher.held_by_queue().items()}
+
     def tenant_counts(index: int) -> dict[tuple[str, ...], float]:
         return {(t,): float(limiter.counts(t)[index]) for t in limiter.limits()}
 
@@ -49,6 +52,12 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
     rec.gauge("schedd_clock_skew_seconds", "This node's clock minus its peers' median", skew)
     rec.gauge(
         "schedd_dispatch_pending", "Executions waiting for a worker, per queue", pending, ["queue"]
+    )
+    rec.gauge(
+        "schedd_dispatch_held",
+        "Executions held on workers for a later instant, not started yet, per queue",
+        held,
+        ["queue"],
     )
     rec.gauge(
         "schedd_dispatch_in_flight",
