@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import click
 from rich.console import Group
@@ -13,30 +11,10 @@ from rich.table import Table
 
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import console, emit, key_value_table, local_time, relative, rows_table
-from schedd.client import execution_to_dict, iso_utc, job_to_dict
+from schedd.client import execution_to_dict, job_to_dict
+from schedd.client._fires import lateness_ms, next_fires
 from schedd.model import state_name
-from schedd.v1 import execution_pb2, job_pb2
-
-
-def next_fires(job: job_pb2.Job, now_ms: int, count: int) -> list[dict[str, Any]]:
-    """The job's next ``count`` fire times after now (before jitter), UTC and in its zone."""
-    from schedd.schedule import parse_schedule
-
-    if job.paused or count <= 0:
-        return []
-    zone_name = job.schedule.timezone or "UTC"
-    schedule = parse_schedule(job.schedule.expr, zone_name, anchor_ms=job.created_ms or now_ms)
-    zone = ZoneInfo(zone_name)
-    out = []
-    for ms in schedule.fires(now_ms, limit=count):
-        local = datetime.fromtimestamp(ms / 1000, tz=zone)
-        out.append({"ms": ms, "utc": iso_utc(ms), "local": local.isoformat(timespec="seconds")})
-    return out
-
-
-def lateness_ms(ex: execution_pb2.Execution) -> int | None:
-    """Start minus due (the scheduler's lateness plus any tenant throttling), when started."""
-    return ex.started_ms - ex.due_ms if ex.started_ms and ex.due_ms else None
+from schedd.v1 import execution_pb2
 
 
 def _runs_table(runs: list[execution_pb2.Execution], now: int) -> Table:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import click
 
 from schedd._errors import InvalidArgument
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import emit, relative, rows_table
-from schedd.client import iso_utc, parse_time_ms
+from schedd.client import parse_time_ms
+from schedd.client._fires import fire_list
 
 
 def preview_fires(expr: str, tz: str, after_ms: int, count: int) -> dict[str, Any]:
@@ -21,16 +20,10 @@ def preview_fires(expr: str, tz: str, after_ms: int, count: int) -> dict[str, An
     Raises:
         InvalidArgument: The expression or the time zone cannot be used.
     """
-    from schedd.schedule import parse_schedule, validate_timezone
+    from schedd.schedule import validate_timezone
 
     zone_name = validate_timezone(tz)
-    schedule = parse_schedule(expr, zone_name, anchor_ms=after_ms)
-    zone = ZoneInfo(zone_name)
-    fires = []
-    for ms in schedule.fires(after_ms, limit=count):
-        local = datetime.fromtimestamp(ms / 1000, tz=zone)
-        spec = "milliseconds" if ms % 1000 else "seconds"
-        fires.append({"utc": iso_utc(ms), "local": local.isoformat(timespec=spec), "ms": ms})
+    fires = fire_list(expr, zone_name, anchor_ms=after_ms, after_ms=after_ms, count=count)
     return {"schedule": expr, "tz": zone_name, "fires": fires}
 
 

@@ -24,6 +24,7 @@ from schedd.client import (
     missing_nodes_to_dicts,
     worker_to_dict,
 )
+from schedd.client._fires import lateness_ms
 from schedd.model import parse_state, state_name
 from schedd.v1 import execution_pb2, scheduler_pb2
 
@@ -154,7 +155,8 @@ def _follow_lines(executions: list[execution_pb2.Execution]) -> None:
         if fmt in ("json", "jsonl"):
             sys.stdout.write(json.dumps(execution_to_dict(e), default=str) + "\n")
         else:
-            late = f"{e.started_ms - e.due_ms} ms late" if e.started_ms and e.due_ms else ""
+            late_ms = lateness_ms(e)
+            late = "" if late_ms is None else f"{late_ms} ms late"
             reason = (e.error or e.reason).splitlines()[0][:100] if (e.error or e.reason) else ""
             parts = [local_time(e.scheduled_ms, now), e.id, state_name(e.state),
                      f"attempt {e.attempt}", e.worker_id, late, reason]  # fmt: skip

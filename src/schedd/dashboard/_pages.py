@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from schedd.client._fires import lateness_ms
 from schedd.dashboard._csrf import FIELD
 from schedd.dashboard._html import (
     Markup,
@@ -30,11 +31,6 @@ RUN_STATES = (
 
 def job_href(job_id: str) -> str:
     return "/jobs/" + quote(job_id, safe="")
-
-
-def lateness_ms(ex: execution_pb2.Execution) -> int | None:
-    """Start minus due, when it started."""
-    return ex.started_ms - ex.due_ms if ex.started_ms and ex.due_ms else None
 
 
 def _error(ex: execution_pb2.Execution) -> str:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from schedd._errors import InvalidArgument, NotFound, SchedError, Unavailable
+from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd._web import bound_address, serve
+from schedd.client._fires import next_fires
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
 from schedd.dashboard._html import join, layout
@@ -77,8 +79,7 @@ class DashboardServer:
 
     @property
     def address(self) -> str:
-        host = self.listen.rpartition(":")[0] or "0.0.0.0"
-        return f"{host}:{self.port}"
+        return bound_address(self.listen, self.port)
 
     @property
     def url(self) -> str:
@@ -99,17 +100,7 @@ class DashboardServer:
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        host, _, port = self.listen.rpartition(":")
-        site = web.TCPSite(self._runner, host or None, int(port))
-        try:
-            await site.start()
-        except OSError as exc:
-            await self.stop()
-            raise Unavailable(f"dashboard: cannot listen on {self.listen}: {exc}") from exc
-        sockets = getattr(site._server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else int(port)
+        self._runner, self.port = await serve(self.app(), self.listen, "dashboard")
         log.info("dashboard on %s (%s)", self.url, "actions on" if self.actions else "read-only")
 
     async def stop(self) -> None:
@@ -195,8 +186,6 @@ class DashboardServer:
         token, fresh = self._token(request)
 
         async def page() -> web.Response:
-            from schedd.cli._describe import next_fires
-
             job = await self.node.api.get_job(scheduler_pb2.GetJobRequest(id=job_id))
             fires = [f["ms"] for f in next_fires(job, self.node.clock.now_ms(), NEXT_FIRES)]
             runs = await self._recent_runs(job_id=job.id)

@@ -72,14 +72,8 @@ async def _run(
     # One registry for the node and the worker of this process, served by the node; on
     # another port when the default one is taken (a second dev cluster, a local exporter).
     recorder = PrometheusRecorder(("node", "worker")) if metrics_listen else None
-    host, _, port = metrics_listen.rpartition(":")
-    if metrics_listen and port != "0" and not port_is_free(int(port), host or "127.0.0.1"):
-        log.warning("metrics port %s is taken: serving metrics on another one", port)
-        metrics_listen = f"{host}:0"
-    host, _, port = http_listen.rpartition(":")
-    if http_listen and port != "0" and not port_is_free(int(port), host or "127.0.0.1"):
-        log.warning("dashboard port %s is taken: serving the dashboard on another one", port)
-        http_listen = f"{host}:0"
+    metrics_listen = _or_any_port(metrics_listen, "metrics")
+    http_listen = _or_any_port(http_listen, "the dashboard")
     await asyncio.to_thread(etcd.start)
     node = Node(
         NodeConfig(
@@ -141,6 +135,15 @@ async def _run(
         with contextlib.suppress(Exception):
             await node.stop()
         await asyncio.to_thread(etcd.stop)
+
+
+def _or_any_port(listen: str, what: str) -> str:
+    """``listen``, or the same host with port 0 (any free one) when its port is taken."""
+    host, _, port = listen.rpartition(":")
+    if listen and port != "0" and not port_is_free(int(port), host or "127.0.0.1"):
+        log.warning("port %s is taken: serving %s on another one", port, what)
+        return f"{host}:0"
+    return listen
 
 
 def _metrics_text(node: Node) -> str:

@@ -39,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from schedd import __version__
+from schedd._web import bound_address, serve
 from schedd.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
@@ -391,21 +392,13 @@ class MetricsServer:
 
     @property
     def address(self) -> str:
-        host = self.listen.rpartition(":")[0] or "0.0.0.0"
-        return f"{host}:{self.port}"
+        return bound_address(self.listen, self.port)
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/", self._index)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        host, _, port = self.listen.rpartition(":")
-        site = web.TCPSite(self._runner, host or None, int(port))
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else int(port)
+        self._runner, self.port = await serve(app, self.listen, "metrics")
         log.info("metrics on http://%s/metrics", self.address)
 
     async def _metrics(self, request: web.Request) -> web.Response:
