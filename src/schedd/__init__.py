@@ -17,9 +17,11 @@ from schedd._errors import (
     InvalidSchedule,
     JobNotFound,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     SchedError,
     StaleToken,
+    Unauthenticated,
     Unavailable,
 )
 
@@ -38,10 +40,12 @@ __all__ = [
     "JobNotFound",
     "ManualClock",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "SchedError",
     "StaleToken",
     "SystemClock",
+    "Unauthenticated",
     "Unavailable",
     "__version__",
 ]

@@ -104,6 +104,18 @@ class ResourceExhausted(SchedError):
         self.retry_after_s = retry_after_s
 
 
+class Unauthenticated(SchedError):
+    """No credentials, or ones that are not valid (unknown, expired or revoked token)."""
+
+    grpc_code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(SchedError):
+    """Valid credentials that do not allow this call."""
+
+    grpc_code = "PERMISSION_DENIED"
+
+
 class DeadlineExceeded(SchedError):
     grpc_code = "DEADLINE_EXCEEDED"
     transient = True
@@ -119,4 +131,6 @@ GRPC_CODE_TO_ERROR: dict[str, type[SchedError]] = {
     "UNAVAILABLE": Unavailable,
     "RESOURCE_EXHAUSTED": ResourceExhausted,
     "DEADLINE_EXCEEDED": DeadlineExceeded,
+    "UNAUTHENTICATED": Unauthenticated,
+    "PERMISSION_DENIED": PermissionDenied,
 }

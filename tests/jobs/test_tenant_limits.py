@@ -284,7 +284,7 @@ async def test_two_nodes_enforce_one_limit_between_them(kinds: KindsCluster) -> 
 async def test_bad_limits_are_refused_with_the_field_named(kinds: KindsCluster) -> None:
     await kinds.start()
     for args, needle in (
-        (("tenant", "set", "x"), "set a rate or max_running"),
+        (("tenant", "set", "x"), "set a rate, max_running, max_jobs or api_rate"),
         (("tenant", "set", "x", "--burst", "5"), "limits.burst"),
         (("tenant", "set", "x", "--rate", "2000000"), "limits.rate"),
         (("tenant", "set", "a/b", "--rate", "1"), "limits.tenant"),

@@ -50,10 +50,12 @@ def test_public_faces_are_pinned() -> None:
             "JobNotFound",
             "ManualClock",
             "NotFound",
+            "PermissionDenied",
             "ResourceExhausted",
             "SchedError",
             "StaleToken",
             "SystemClock",
+            "Unauthenticated",
             "Unavailable",
             "__version__",
         ]
@@ -67,6 +69,7 @@ def test_public_faces_are_pinned() -> None:
             "Client",
             "CreateJobResult",
             "ExecutionList",
+            "audit_to_dict",
             "build_job",
             "build_update",
             "cluster_status_to_dict",
@@ -80,6 +83,7 @@ def test_public_faces_are_pinned() -> None:
             "parse_time_ms",
             "service_config",
             "tenant_limits_to_dict",
+            "token_to_dict",
             "to_duration_ms",
             "worker_to_dict",
         ]

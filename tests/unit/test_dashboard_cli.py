@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -32,6 +33,7 @@ async def test_a_taken_port_is_a_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = DashboardServer(None, f"127.0.0.1:{port}")  # type: ignore[arg-type]
+        node = SimpleNamespace(config=SimpleNamespace(auth=False))
+        server = DashboardServer(node, f"127.0.0.1:{port}")  # type: ignore[arg-type]
         with pytest.raises(Unavailable, match="cannot listen"):
             await server.start()

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from schedd._errors import JobNotFound
+from schedd.auth import ApiGate
 from schedd.dashboard import DashboardServer
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
@@ -54,7 +55,8 @@ class StubApi:
 def stub_node() -> Any:
     return SimpleNamespace(
         api=StubApi(),
-        config=SimpleNamespace(node_id="n<1>"),
+        config=SimpleNamespace(node_id="n<1>", auth=False),
+        gate=ApiGate(auth=False),
         health=SimpleNamespace(serving=True),
         metrics=None,
         clock=SimpleNamespace(now_ms=lambda: 1_700_000_000_000),

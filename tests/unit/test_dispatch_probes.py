@@ -13,6 +13,7 @@ class FakeSession:
         self.session_id = session_id
         self.hello = worker_pb2.Hello(worker_id=f"w{session_id}", queues=["default"])
         self.hello.handlers.extend(handlers)
+        self.tenants: frozenset[str] | None = None
         self.sent: list[worker_pb2.Dispatch] = []
         self.flushes = 0
 

@@ -32,12 +32,14 @@ class Settings:
     endpoints: str = DEFAULT_ENDPOINT
     timeout_s: float = 10.0
     output: str = "table"
+    #: The API token sent with every call (--token / SCHEDCTL_TOKEN), None: none.
+    token: str | None = field(default=None, repr=False)
     _client: Client | None = field(default=None, repr=False)
 
     def client(self) -> Client:
         """The client, created on first use (so bad local input never opens a channel)."""
         if self._client is None:
-            self._client = Client(self.endpoints, timeout_s=self.timeout_s)
+            self._client = Client(self.endpoints, timeout_s=self.timeout_s, token=self.token)
         return self._client
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ USAGE = 2
 NOT_FOUND = 3
 CONFLICT = 4
 UNAVAILABLE = 5
+DENIED = 6
 
 _BY_CODE = {
     "INVALID_ARGUMENT": USAGE,
@@ -25,11 +26,14 @@ _BY_CODE = {
     "FAILED_PRECONDITION": CONFLICT,
     "UNAVAILABLE": UNAVAILABLE,
     "DEADLINE_EXCEEDED": UNAVAILABLE,
+    "UNAUTHENTICATED": DENIED,
+    "PERMISSION_DENIED": DENIED,
 }
 
 
 def exit_code(err: SchedError) -> int:
-    """The exit code for an error: 2 bad input, 3 not found, 4 conflict, 5 unavailable, else 1."""
+    """The exit code for an error: 2 bad input, 3 not found, 4 conflict, 5 unavailable,
+    6 not authenticated or not allowed, else 1."""
     if isinstance(err, InvalidArgument):
         return USAGE
     if isinstance(err, NotFound):

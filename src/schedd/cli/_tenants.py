@@ -10,7 +10,7 @@ from schedd.cli._output import console, emit, local_time, rows_table
 from schedd.client import tenant_limits_to_dict
 from schedd.v1 import scheduler_pb2
 
-_COLUMNS = ("TENANT", "RATE/S", "BURST", "MAX RUNNING", "UPDATED")
+_COLUMNS = ("TENANT", "RATE/S", "BURST", "MAX RUNNING", "MAX JOBS", "API/S", "UPDATED")
 
 
 def _table(limits: list[scheduler_pb2.TenantLimits]) -> Table:
@@ -20,6 +20,8 @@ def _table(limits: list[scheduler_pb2.TenantLimits]) -> Table:
             f"{t.rate:g}" if t.rate else "unlimited",
             t.burst if t.rate else "-",
             t.max_running or "unlimited",
+            t.max_jobs or "unlimited",
+            f"{t.api_rate:g} (burst {t.api_burst})" if t.api_rate else "unlimited",
             local_time(t.updated_ms),
         )
         for t in limits
@@ -61,15 +63,41 @@ def tenant_group() -> None:
     default=0,
     help="Executions handed out and unfinished at once (0: no limit).",
 )
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Quota: jobs stored at once; creates beyond it are refused (0: no quota).",
+)
+@click.option(
+    "--api-rate",
+    type=click.FloatRange(min=0),
+    default=0,
+    help="Quota: API calls per second on each node; calls beyond it are refused (0: none).",
+)
+@click.option(
+    "--api-burst",
+    type=click.IntRange(min=0),
+    default=0,
+    help="API calls at once before --api-rate paces them [default: a second's worth].",
+)
 @output_option
-def tenant_set(tenant: str, rate: float, burst: int, max_running: int) -> None:
+def tenant_set(
+    tenant: str,
+    rate: float,
+    burst: int,
+    max_running: int,
+    max_jobs: int,
+    api_rate: float,
+    api_burst: int,
+) -> None:
     """Set TENANT's limits, replacing what it had. Fires over a limit are not dropped: they
-    wait, in order, and each execution records how long (``throttled_ms``)."""
-    limits = (
-        settings()
-        .client()
-        .set_tenant_limits(tenant, rate=rate, burst=burst, max_running=max_running)
-    )
+    wait, in order, and each execution records how long (``throttled_ms``). Over a quota
+    (--max-jobs, --api-rate), calls are refused with RESOURCE_EXHAUSTED."""
+    limits = settings().client().set_tenant_limits(
+        tenant, rate=rate, burst=burst, max_running=max_running,
+        max_jobs=max_jobs, api_rate=api_rate, api_burst=api_burst,
+    )  # fmt: skip
     _emit([limits], one=True)
 
 

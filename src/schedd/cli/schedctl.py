@@ -8,7 +8,8 @@ Noun then verb, like ``temporal schedule ...``::
 
 Data goes to stdout; an error is one line on stderr. Exit codes: 0 ok, 1 error, 2 usage or
 bad input, 3 not found, 4 conflict (ALREADY_EXISTS, ABORTED, FAILED_PRECONDITION),
-5 unavailable (also: no endpoint answered; the line names each one).
+5 unavailable (also: no endpoint answered; the line names each one), 6 not authenticated or
+not allowed (UNAUTHENTICATED, PERMISSION_DENIED).
 
 With several endpoints (``--endpoints a:7070,b:7070`` or ``--endpoint`` repeated) a node that
 is down is skipped and reads are sent again to the next one (see ``schedd.client._failover``).
@@ -24,6 +25,7 @@ import click
 
 from schedd._errors import SchedError
 from schedd.cli._apply import apply_cmd
+from schedd.cli._auth import audit_group, token_group, whoami
 from schedd.cli._context import DEFAULT_ENDPOINT, Settings, join_endpoints
 from schedd.cli._exit import ERROR, NOT_FOUND, UNAVAILABLE, USAGE, exit_code, report
 from schedd.cli._jobs import job_group
@@ -99,6 +101,13 @@ def _usage_message(exc: click.UsageError) -> str:
     show_default=True,
     help="Deadline of each call, in seconds.",
 )
+@click.option(
+    "--token",
+    envvar="SCHEDCTL_TOKEN",
+    default=None,
+    help="API token (sdt_...) for clusters with auth on (env SCHEDCTL_TOKEN; prefer the env"
+    " variable: a flag shows in the process list).",
+)
 @click.option("-o", "--output", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.version_option(package_name="schedd", prog_name="schedctl")
 @click.pass_context
@@ -107,16 +116,21 @@ def cli(
     endpoints: str | None,
     endpoint_list: tuple[str, ...],
     timeout: float,
+    token: str | None,
     output: str,
 ) -> None:
     """Manage schedd jobs, executions and the cluster."""
     obj = ctx.ensure_object(Settings)
     obj.endpoints = join_endpoints(endpoints, endpoint_list)
     obj.timeout_s, obj.output = timeout, output
+    obj.token = token or None
     ctx.call_on_close(obj.close)
 
 
 cli.add_command(job_group)
+cli.add_command(token_group)
+cli.add_command(audit_group)
+cli.add_command(whoami)
 cli.add_command(run_group)
 cli.add_command(dlq_group)
 cli.add_command(worker_group)

@@ -17,6 +17,7 @@ import click
 from schedd._errors import SchedError
 from schedd._gc import tune_gc
 from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
+from schedd.cli._bootstrap import token_group
 from schedd.cli._kinds import job_kind_configs, job_kind_options
 
 #: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
@@ -225,9 +226,17 @@ def http_options(func: F | None = None, *, default: str = "") -> Any:
     help="name the etcd members' certificates are verified against (TLS with several"
     " --etcd endpoints; default: the endpoints' host name when they share one)",
 )
+@click.option(
+    "--auth/--no-auth",
+    envvar="SCHEDD_AUTH",
+    default=False,
+    help="require an API token on every call, worker stream and dashboard page (make the"
+    " first admin token with `schedd token create`); every node must agree",
+)
 @metrics_option
 @http_options
 def node(
+    auth: bool,
     etcd_endpoints: str,
     listen: str,
     advertise: str,
@@ -288,6 +297,7 @@ def node(
         metrics_listen=metrics_listen,
         http_listen=http_listen,
         http_actions=http_actions,
+        auth=auth,
         etcd=etcd,
         prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
         partitions=partitions,
@@ -423,6 +433,8 @@ def dev(
         _say("schedd dev: %s", exc, error=True)
         sys.exit(1)
 
+
+main.add_command(token_group)
 
 if __name__ == "__main__":
     main()

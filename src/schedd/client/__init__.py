@@ -9,6 +9,7 @@ JSON-friendly views for output.
 from schedd.client._async import AsyncClient
 from schedd.client._channel import IDEMPOTENT_METHODS, grpc_target, service_config
 from schedd.client._convert import (
+    audit_to_dict,
     cluster_status_to_dict,
     decode_payload,
     encode_payload,
@@ -19,6 +20,7 @@ from schedd.client._convert import (
     parse_time_ms,
     tenant_limits_to_dict,
     to_duration_ms,
+    token_to_dict,
     worker_to_dict,
 )
 from schedd.client._requests import (
@@ -39,6 +41,7 @@ __all__ = [
     "Client",
     "CreateJobResult",
     "ExecutionList",
+    "audit_to_dict",
     "build_job",
     "build_update",
     "cluster_status_to_dict",
@@ -53,5 +56,6 @@ __all__ = [
     "service_config",
     "tenant_limits_to_dict",
     "to_duration_ms",
+    "token_to_dict",
     "worker_to_dict",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from schedd._errors import InvalidArgument
 from schedd.model import misfire_name, overlap_name, state_name, trigger_name
-from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
+from schedd.v1 import auth_pb2, execution_pb2, job_pb2, scheduler_pb2
 
 __all__ = [
     "cluster_status_to_dict",
@@ -200,8 +200,44 @@ def tenant_limits_to_dict(limits: scheduler_pb2.TenantLimits) -> dict[str, Any]:
         "rate": limits.rate,
         "burst": limits.burst,
         "max_running": limits.max_running,
+        "max_jobs": limits.max_jobs,
+        "api_rate": limits.api_rate,
+        "api_burst": limits.api_burst,
         "updated_ms": limits.updated_ms,
         "updated_time": iso_utc(limits.updated_ms),
+    }
+
+
+def token_to_dict(token: auth_pb2.ApiToken) -> dict[str, Any]:
+    """A JSON-friendly dict of a token (never its secret or hash)."""
+    return {
+        "id": token.id,
+        "role": token.role,
+        "tenant": token.tenant,
+        "description": token.description,
+        "queues": list(token.queues),
+        "tenants": list(token.tenants),
+        "created_by": token.created_by,
+        "created_time": iso_utc(token.created_ms),
+        "expires_time": iso_utc(token.expires_ms) if token.expires_ms else None,
+        "revoked_time": iso_utc(token.revoked_ms) if token.revoked_ms else None,
+    }
+
+
+def audit_to_dict(entry: auth_pb2.AuditEntry) -> dict[str, Any]:
+    """A JSON-friendly dict of an audit entry."""
+    return {
+        "id": entry.id,
+        "time": iso_utc(entry.at_ms),
+        "actor": entry.actor,
+        "role": entry.role,
+        "tenant": entry.tenant,
+        "method": entry.method,
+        "target": entry.target,
+        "peer": entry.peer,
+        "node_id": entry.node_id,
+        "code": entry.code,
+        "detail": entry.detail,
     }
 
 

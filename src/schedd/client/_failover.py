@@ -52,7 +52,7 @@ def is_idempotent(method: str, request: Any) -> bool:
     """Whether ``method`` with ``request`` may be sent twice (see the module docstring)."""
     if method in READ_METHODS or method.startswith(("Get", "List")):
         return True
-    if method == "SetTenantLimits":  # replaces the limits whole: the same put twice
+    if method in ("SetTenantLimits", "RevokeToken", "WhoAmI"):  # the same outcome twice
         return True
     if method == "CreateJob" and isinstance(request, scheduler_pb2.CreateJobRequest):
         return bool(request.job.idempotency_key)

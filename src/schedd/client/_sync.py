@@ -67,9 +67,13 @@ async def _next(items: AsyncIterator[_T]) -> Any:
 
 
 async def _make_async(
-    endpoints: str | Sequence[str], timeout_s: float, tls: bool | str | Path | None
+    endpoints: str | Sequence[str],
+    timeout_s: float,
+    tls: bool | str | Path | None,
+    token: str | None,
 ) -> AsyncClient:
-    return AsyncClient(endpoints, timeout_s=timeout_s, tls=tls)  # on its loop, in its thread
+    # On its loop, in its thread.
+    return AsyncClient(endpoints, timeout_s=timeout_s, tls=tls, token=token)
 
 
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: Any) -> None:
@@ -106,6 +110,7 @@ class Client:
         *,
         timeout_s: float = 10.0,
         tls: bool | str | Path | None = None,
+        token: str | None = None,
     ) -> None:
         """Open a channel over every endpoint (the arguments of :class:`AsyncClient`).
 
@@ -113,6 +118,7 @@ class Client:
             endpoints: ``HOST:PORT`` items, as a sequence or comma-separated.
             timeout_s: The deadline of every call, in seconds.
             tls: True for TLS with the system roots, or the path of a root certificate.
+            token: an API token (``sdt_...``), sent with every call (clusters with auth on).
         """
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -121,7 +127,7 @@ class Client:
         )
         self._thread.start()
         try:
-            self._async = self._run(_make_async(endpoints, timeout_s, tls))
+            self._async = self._run(_make_async(endpoints, timeout_s, tls, token))
         except BaseException:
             _shut_down(self._loop, self._thread, None)
             raise
@@ -178,6 +184,13 @@ class Client:
     get_tenant_limits = _blocking(AsyncClient.get_tenant_limits)
     list_tenant_limits = _blocking(AsyncClient.list_tenant_limits)
     delete_tenant_limits = _blocking(AsyncClient.delete_tenant_limits)
+
+    # -- tokens and the audit trail -------------------------------------------------------------
+    create_token = _blocking(AsyncClient.create_token)
+    list_tokens = _blocking(AsyncClient.list_tokens)
+    revoke_token = _blocking(AsyncClient.revoke_token)
+    who_am_i = _blocking(AsyncClient.who_am_i)
+    list_audit = _blocking(AsyncClient.list_audit)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:

@@ -68,9 +68,15 @@ NAV = (
 )
 
 
-def layout(title: str, body: object, *, node_id: str, actions: bool) -> str:
-    """A whole page: the navigation, a heading, the body; CSS and JS from /static only."""
+def layout(title: str, body: object, *, node_id: str, actions: bool, user: str = "") -> str:
+    """A whole page: the navigation, a heading, the body; CSS and JS from /static only.
+    ``user``: who is signed in (auth on), shown with a sign-out button."""
     nav = join(link(href, text) for href, text in NAV)
+    if user:
+        nav = join([nav, Markup(
+            f'<form method="post" action="/logout" class="inline">'
+            f'<span class="node">{esc(user)}</span> <button type="submit">Sign out</button></form>'
+        )])  # fmt: skip
     mode = "actions on" if actions else "read-only"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

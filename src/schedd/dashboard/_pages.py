@@ -327,6 +327,21 @@ def metrics_body(exposition: str) -> Markup:
     return join([tag("h2", "Since the node started (its metrics)", id="metrics"), *parts])
 
 
+def login_body(next_path: str, error: str = "") -> Markup:
+    """The sign-in form: an API token (a password field, never echoed back)."""
+    parts = [tag("p", error, class_="bad")] if error else []
+    parts.append(Markup(
+        '<form method="post" action="/login" class="login">'
+        '<label>API token <input type="password" name="token" autocomplete="off" required '
+        'placeholder="sdt_..."></label>'
+        f'<input type="hidden" name="next" value="{esc(next_path)}">'
+        '<button type="submit">Sign in</button></form>'
+        "<p>Make one with <code>schedctl token create</code>; a tenant's token shows that "
+        "tenant only.</p>"
+    ))  # fmt: skip
+    return join(parts)
+
+
 def error_body(message: str) -> Markup:
     return tag("p", message, class_="bad")
 

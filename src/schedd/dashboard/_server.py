@@ -4,19 +4,27 @@ Read-only unless started with ``actions``: then the job page has pause/resume/tr
 and the dead-letter page redrive forms, each with a CSRF token (:mod:`._csrf`); without it
 no form is rendered and every POST answers 403. Every response forbids framing, sniffing
 and any script or style not served by the node itself.
+
+With the node's auth on, every page but the sign-in page needs an API token: signing in
+checks it like an API call would and keeps it in an HttpOnly, SameSite=Strict cookie (Secure
+over HTTPS). Each page then runs as that token (:func:`schedd.auth.acting_as`): a tenant's
+token sees only its tenant's jobs, runs and dead letters, viewers get no action forms, and
+actions go through the node's ApiGate, so they are checked, limited and audited like API calls.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd._errors import InvalidArgument, NotFound, PermissionDenied, SchedError
 from schedd._web import bound_address, serve
+from schedd.auth import ANONYMOUS, VIEWER, Caller, acting_as, current
 from schedd.client._fires import next_fires
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
@@ -66,6 +74,17 @@ def _static(name: str) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
+#: The cookie that keeps a signed-in browser's API token (auth on).
+SESSION_COOKIE = "schedd_session"
+#: Pages that answer without signing in.
+_OPEN_PATHS = ("/login", "/static/")
+
+
+def _safe_next(value: str) -> str:
+    """Where to go after signing in: a path on this site only."""
+    return value if value.startswith("/") and not value.startswith("//") else "/"
+
+
 class DashboardServer:
     """Serves the dashboard of ``node`` on ``listen`` (HOST:PORT; port 0: any free one)."""
 
@@ -73,6 +92,7 @@ class DashboardServer:
         self.node = node
         self.listen = listen
         self.actions = actions
+        self.auth = node.config.auth
         self.port = 0
         self._secret = new_secret()
         self._runner: web.AppRunner | None = None
@@ -86,8 +106,11 @@ class DashboardServer:
         return f"http://{self.address}/"
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_headers])
+        app = web.Application(middlewares=[_headers, self._signed_in], client_max_size=64 * 1024)
         r = app.router
+        r.add_get("/login", self._login_page)
+        r.add_post("/login", self._login)
+        r.add_post("/logout", self._logout)
         r.add_get("/", self._cluster)
         r.add_get("/jobs", self._jobs)
         r.add_get("/jobs/{id}", self._job)
@@ -108,15 +131,99 @@ class DashboardServer:
             await self._runner.cleanup()
             self._runner = None
 
+    # -- signing in ----------------------------------------------------------------------------
+
+    @web.middleware
+    async def _signed_in(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Runs the page as the signed-in token (auth on) or as the anonymous admin."""
+        if request.method == "POST" and not self._same_origin(request):
+            return self._page("Forbidden", pages.error_body("cross-site request refused"), 403)
+        if not self.auth:
+            return await handler(request)
+        if request.path.startswith(_OPEN_PATHS):
+            return await handler(request)
+        try:
+            caller = await self.node.gate.caller(
+                request.cookies.get(SESSION_COOKIE), request.remote or ""
+            )
+        except SchedError as exc:
+            if request.path.startswith("/api/"):
+                return web.json_response({"error": str(exc)}, status=401)
+            raise web.HTTPSeeOther(f"/login?next={request.path_qs}") from None
+        try:
+            caller.require_api()
+        except PermissionDenied as exc:
+            return self._page("Forbidden", pages.error_body(str(exc)), 403)
+        with acting_as(caller):
+            return await handler(request)
+
+    @staticmethod
+    def _same_origin(request: web.Request) -> bool:
+        """A POST from a page of this site (no Origin: not a browser's cross-site form)."""
+        origin = request.headers.get("Origin")
+        return origin is None or origin.split("://", 1)[-1] == request.host
+
+    async def _login_page(self, request: web.Request) -> web.Response:
+        if not self.auth:
+            raise web.HTTPSeeOther("/")
+        nxt = _safe_next(request.query.get("next", "/"))
+        return self._page("Sign in", pages.login_body(nxt, request.query.get("error", "")))
+
+    async def _login(self, request: web.Request) -> web.Response:
+        if not self.auth:
+            raise web.HTTPSeeOther("/")
+        form = await request.post()
+        token = form.get("token")
+        nxt = _safe_next(str(form.get("next", "/")))
+        try:
+            caller = await self.node.gate.caller(
+                token if isinstance(token, str) else None, request.remote or ""
+            )
+            caller.require_api()
+        except SchedError as exc:
+            body = pages.login_body(nxt, str(exc))
+            return self._page("Sign in", body, status=401)
+        log.info("dashboard: token %s signed in from %s", caller.actor, request.remote)
+        response = web.HTTPSeeOther(nxt)
+        response.set_cookie(
+            SESSION_COOKIE, str(token), httponly=True, samesite="Strict", path="/",
+            secure=request.secure,
+        )  # fmt: skip
+        raise response
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        response = web.HTTPSeeOther("/login")
+        response.del_cookie(SESSION_COOKIE, path="/")
+        raise response
+
     # -- helpers -------------------------------------------------------------------------------
 
+    def _caller(self) -> Caller | None:
+        """Who the page runs as; None on a page served before signing in."""
+        if not self.auth:
+            return ANONYMOUS
+        try:
+            return current(True)
+        except SchedError:
+            return None
+
+    def _may_act(self) -> bool:
+        caller = self._caller()
+        return self.actions and caller is not None and caller.role != VIEWER
+
     def _page(self, title: str, body: object, status: int = 200) -> web.Response:
-        text = layout(title, body, node_id=self.node.config.node_id, actions=self.actions)
+        user = ""
+        caller = self._caller()
+        if self.auth and caller is not None:
+            user = f"{caller.actor} ({caller.role}{', ' + caller.tenant if caller.tenant else ''})"
+        text = layout(
+            title, body, node_id=self.node.config.node_id, actions=self._may_act(), user=user
+        )
         return web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
 
     def _token(self, request: web.Request) -> tuple[str | None, str | None]:
         """(form token, cookie to set) when actions are on; (None, None) otherwise."""
-        if not self.actions:
+        if not self._may_act():
             return None, None
         cookie = request.cookies.get(COOKIE)
         fresh = None if cookie else new_cookie()
@@ -132,6 +239,8 @@ class DashboardServer:
             return await call()
         except NotFound as exc:
             return self._page(title, pages.error_body(str(exc)), status=404)
+        except PermissionDenied as exc:
+            return self._page(title, pages.error_body(str(exc)), status=403)
         except InvalidArgument as exc:
             return self._page(title, pages.error_body(str(exc)), status=400)
         except SchedError as exc:
@@ -234,7 +343,8 @@ class DashboardServer:
     async def _lateness(self, request: web.Request) -> web.Response:
         async def page() -> web.Response:
             body = pages.lateness_body(await self._recent_runs())
-            if self.node.metrics is not None:
+            caller = self._caller()
+            if self.node.metrics is not None and caller is not None and caller.admin:
                 exposition = self.node.metrics.exposition().decode()
                 body = join([body, pages.metrics_body(exposition)])
             return self._page("Lateness", body)
@@ -252,7 +362,7 @@ class DashboardServer:
     # -- actions -------------------------------------------------------------------------------
 
     async def _action(self, request: web.Request) -> web.Response:
-        if not self.actions:
+        if not self._may_act():
             off = pages.error_body("actions are off on this node (--http-actions)")
             return self._page("Forbidden", off, status=403)
         form = await request.post()
@@ -261,17 +371,27 @@ class DashboardServer:
                            token if isinstance(token, str) else None):  # fmt: skip
             return self._page("Forbidden", pages.error_body("bad or missing CSRF token"), 403)
         action, target = request.match_info["action"], request.match_info["target"]
-        api = self.node.api
+        api, gate = self.node.api, self.node.gate
+        caller = self._caller()
+        if caller is None:
+            raise web.HTTPSeeOther("/login")
+        if caller.peer != (request.remote or ""):
+            caller = replace(caller, peer=request.remote or "")  # the audit trail's "from where"
 
         async def act() -> web.Response:
+            # Through the gate: checked, limited and audited like the same API call.
             if action == "pause":
-                await api.pause_job(scheduler_pb2.PauseJobRequest(id=target))
+                req = scheduler_pb2.PauseJobRequest(id=target)
+                await gate.call("PauseJob", api.pause_job, req, caller=caller)
             elif action == "resume":
-                await api.resume_job(scheduler_pb2.ResumeJobRequest(id=target))
+                req2 = scheduler_pb2.ResumeJobRequest(id=target)
+                await gate.call("ResumeJob", api.resume_job, req2, caller=caller)
             elif action == "trigger":
-                await api.trigger_job(scheduler_pb2.TriggerJobRequest(id=target))
+                req3 = scheduler_pb2.TriggerJobRequest(id=target)
+                await gate.call("TriggerJob", api.trigger_job, req3, caller=caller)
             elif action == "redrive":
-                await api.redrive(scheduler_pb2.RedriveDeadLettersRequest(execution_ids=[target]))
+                req4 = scheduler_pb2.RedriveDeadLettersRequest(execution_ids=[target])
+                await gate.call("RedriveDeadLetters", api.redrive, req4, caller=caller)
                 raise web.HTTPSeeOther("/dead")
             else:
                 raise web.HTTPNotFound()

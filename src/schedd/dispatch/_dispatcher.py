@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc.aio
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument
+from schedd.auth import Caller
 from schedd.dispatch._config import (
     FENCED_RETRY_S,
     REASON_DISCONNECTED,
@@ -84,6 +85,8 @@ class Dispatcher:
         self.stats = DispatchStats()
         self.recorder = recorder
         self.may_dispatch: Callable[[], bool] = always  # the node's self-fencing says no
+        #: With auth on: who a stream's bearer token is (raises when it is not valid).
+        self.authorize: Callable[[str | None, str], Awaitable[Caller]] | None = None
         self._authority = authority
         self._clock: Clock = clock or SystemClock()
         self.live_until_ms: Callable[[], int] = unlimited(self._clock)  # see _vouch
@@ -338,8 +341,14 @@ class Dispatcher:
 
     # ---- used by the servicer ---------------------------------------------------------------
 
-    def open_session(self, hello: worker_pb2.Hello) -> WorkerSession:
-        """Register a stream that said ``hello``; raises InvalidArgument for a bad Hello."""
+    def open_session(
+        self, hello: worker_pb2.Hello, *, tenants: frozenset[str] | None = None, actor: str = ""
+    ) -> WorkerSession:
+        """Register a stream that said ``hello``; raises InvalidArgument for a bad Hello.
+
+        ``tenants``: its token lets it be sent only these tenants' executions (None: any);
+        ``actor``: its token's id (streams of a revoked token are ended, see
+        :meth:`end_sessions`)."""
         if not hello.worker_id:
             raise InvalidArgument("hello.worker_id", "must not be empty")
         if hello.capacity <= 0:
@@ -358,12 +367,28 @@ class Dispatcher:
             stats=self.stats,
             promise=(lambda: self.live_until_ms()) if hello.prefetch else None,  # noqa: PLW0108 - follows reassignment
         )
+        session.tenants = tenants
+        session.actor = actor
         self._sessions[session.session_id] = session
         log.info(
             "worker %s connected (queues %s)", hello.worker_id, list(hello.queues),
             extra={"node": self.node_id, "worker": hello.worker_id},
         )  # fmt: skip
         return session
+
+    def end_sessions(self, refused: Callable[[str], bool], why: str) -> int:
+        """Ends the streams whose token ``refused`` (by id): a revoked or expired worker token
+        stops getting work at once; what it held is lost as if it disconnected."""
+        ended = 0
+        for session in list(self._sessions.values()):
+            if session.actor and not session.closed and refused(session.actor):
+                log.warning(
+                    "worker %s: ending its stream: %s", session.worker_id, why,
+                    extra={"node": self.node_id, "worker": session.worker_id},
+                )  # fmt: skip
+                session.end(f"token {session.actor}: {why}", "UNAUTHENTICATED")
+                ended += 1
+        return ended
 
     def close_session(self, session: WorkerSession) -> None:
         """The stream ended: everything in flight on it is lost (reported asynchronously)."""
@@ -539,8 +564,12 @@ class Dispatcher:
                 session = least_loaded(eligible)
                 if session is None:
                     continue
-                d = self._pending.pop(route)
+                d = self._pending.pop(route, session.tenants)
                 if d is None:
+                    if session.tenants is not None:  # none of its tenants': the others may
+                        rest = [s for s in eligible if s is not session]
+                        if rest:
+                            still.append((route, rest))
                     continue
                 self._hand_out(session, d, now, lease)
                 used.add(session)
@@ -553,8 +582,9 @@ class Dispatcher:
 
     def _pump_one(self, route: Any, session: WorkerSession, now: int, lease: int) -> None:
         pop = self._pending.pop
+        tenants = session.tenants
         while session.credits > 0:
-            d = pop(route)
+            d = pop(route, tenants)
             if d is None:
                 break
             self._hand_out(session, d, now, lease)

@@ -42,6 +42,8 @@ def place_holds(
             candidates = by_route[route] = [s for s in holders if accepts(s.hello, route)]
         session: WorkerSession | None = None
         for c in candidates:
+            if c.tenants is not None and d.tenant not in c.tenants:
+                continue
             if c.hold_credits > 0 and (session is None or c.load() < session.load()):
                 session = c
         if session is None:

@@ -86,6 +86,19 @@ class _TenantRing:
             del self._by_tenant[tenant]
         return dispatch
 
+    def pop_from(self, tenants: frozenset[str]) -> worker_pb2.Dispatch | None:
+        """The next dispatch of the first of ``tenants`` in turn, or None (for a worker whose
+        token is limited to them; the others keep their turn)."""
+        for tenant, fifo in self._by_tenant.items():
+            if tenant in tenants:
+                dispatch = fifo.popleft()
+                if fifo:
+                    self._by_tenant.move_to_end(tenant)
+                else:
+                    del self._by_tenant[tenant]
+                return dispatch
+        return None
+
     def __bool__(self) -> bool:
         return bool(self._by_tenant)
 
@@ -134,11 +147,16 @@ class PendingDispatches:
         """Routes that may hold live dispatches (a snapshot: safe to pop while iterating)."""
         return iter(list(self._routes))
 
-    def pop(self, route: Route) -> worker_pb2.Dispatch | None:
-        """The next live dispatch of ``route`` (tenants in rotation), or None."""
+    def pop(
+        self, route: Route, tenants: frozenset[str] | None = None
+    ) -> worker_pb2.Dispatch | None:
+        """The next live dispatch of ``route`` (tenants in rotation), or None; with
+        ``tenants``, only theirs."""
         ring = self._routes.get(route)
         while ring:
-            dispatch = ring.pop()
+            dispatch = ring.pop() if tenants is None else ring.pop_from(tenants)
+            if dispatch is None:
+                return None
             if dispatch is not None and self._by_id.get(dispatch.execution_id) is dispatch:
                 del self._by_id[dispatch.execution_id]
                 if not ring:

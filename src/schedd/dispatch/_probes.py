@@ -80,7 +80,11 @@ class Probes:
         False at once)."""
         used: set[WorkerSession] = set()
         for d in dispatches:
-            asked = [s for s in sessions if accepts(s.hello, route_of(d))]
+            asked = [
+                s
+                for s in sessions
+                if accepts(s.hello, route_of(d)) and (s.tenants is None or d.tenant in s.tenants)
+            ]
             if not asked:
                 answer(d.execution_id, False)
                 continue

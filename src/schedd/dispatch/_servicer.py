@@ -10,7 +10,9 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
-from schedd._errors import InvalidArgument
+from schedd._errors import InvalidArgument, SchedError
+from schedd._status import abort_with
+from schedd.auth import AUTHORIZATION, worker_scope
 from schedd.dispatch._session import WorkerSession
 from schedd.v1 import worker_pb2, worker_pb2_grpc
 
@@ -20,8 +22,11 @@ log = logging.getLogger(__name__)
 class StreamEndpoint(Protocol):
     """What the servicer needs from the node's end of the worker streams (the Dispatcher)."""
 
-    def open_session(self, hello: worker_pb2.Hello) -> WorkerSession:
-        """Register a stream that said ``hello``; raises InvalidArgument for a bad Hello."""
+    def open_session(
+        self, hello: worker_pb2.Hello, *, tenants: frozenset[str] | None = None, actor: str = ""
+    ) -> WorkerSession:
+        """Register a stream that said ``hello`` (its token limited to ``tenants``, None: any;
+        ``actor`` its token id); raises InvalidArgument for a bad Hello."""
         ...
 
     def welcome(self) -> worker_pb2.Welcome:
@@ -53,8 +58,23 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[worker_pb2.NodeMessage]:
         hello = await self._read_hello(request_iterator, context)
+        tenants: frozenset[str] | None = None
+        actor = ""
+        authorize = getattr(self._d, "authorize", None)
+        if authorize is not None:  # auth on: a worker (or admin) token, within its limits
+            bearer = next(
+                (str(v) for k, v in context.invocation_metadata() or () if k == AUTHORIZATION),
+                None,
+            )
+            try:
+                caller = await authorize(bearer, context.peer())
+                tenants = worker_scope(caller, list(hello.queues))
+                actor = caller.actor
+            except SchedError as err:
+                log.warning("worker %s refused: %s", hello.worker_id or "?", err)
+                await abort_with(context, err)
         try:
-            session = self._d.open_session(hello)
+            session = self._d.open_session(hello, tenants=tenants, actor=actor)
         except InvalidArgument as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         yield worker_pb2.NodeMessage(welcome=self._d.welcome())
@@ -66,7 +86,7 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
             reader.cancel()
             self._d.close_session(session)
         if session.error is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, session.error)
+            await context.abort(grpc.StatusCode[session.error_code], session.error)
 
     @staticmethod
     async def _read_hello(

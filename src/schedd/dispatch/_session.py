@@ -51,6 +51,11 @@ class WorkerSession:
     ) -> None:
         self.session_id = session_id
         self.hello = hello
+        #: The tenants its token lets it be sent (None: any), and the token's id ("": none).
+        self.tenants: frozenset[str] | None = None
+        self.actor = ""
+        #: The status the stream is aborted with when it ends with an error.
+        self.error_code = "INVALID_ARGUMENT"
         self.worker_id = hello.worker_id
         self.connected_ms = connected_ms
         #: Credits granted and not yet used by a dispatch.
@@ -214,12 +219,13 @@ class WorkerSession:
             finally:
                 self._writer = None
 
-    def end(self, error: str | None = None) -> None:
-        """Flush and then end the stream (with ``error``: abort it as INVALID_ARGUMENT)."""
+    def end(self, error: str | None = None, code: str = "INVALID_ARGUMENT") -> None:
+        """Flush and then end the stream (with ``error``: abort it with status ``code``)."""
         if self.closed:
             return
         if error is not None and self.error is None:
             self.error = error
+            self.error_code = code
         self.flush()
         self.closed = True
         self._wake_writer()

@@ -42,13 +42,36 @@ def validate_tenant_limits(limits: scheduler_pb2.TenantLimits) -> scheduler_pb2.
         raise InvalidArgument(
             "limits.burst", "needs a rate (a burst is what a rate allows at once)"
         )
-    if not rate and not limits.max_running:
+    api_rate = _check_quotas(limits)
+    if not rate and not limits.max_running and not api_rate and not limits.max_jobs:
         raise InvalidArgument(
-            "limits", "set a rate or max_running (to lift a tenant's limits, delete them)"
+            "limits",
+            "set a rate, max_running, max_jobs or api_rate (to lift a tenant's limits, "
+            "delete them)",
         )
     return scheduler_pb2.TenantLimits(
         tenant=tenant,
         rate=rate,
         burst=(limits.burst or default_burst(rate)) if rate else 0,
         max_running=limits.max_running,
+        max_jobs=limits.max_jobs,
+        api_rate=api_rate,
+        api_burst=(limits.api_burst or default_burst(api_rate)) if api_rate else 0,
     )
+
+
+def _check_quotas(limits: scheduler_pb2.TenantLimits) -> float:
+    """Checks max_jobs, api_rate and api_burst; returns api_rate."""
+    api_rate = limits.api_rate
+    if not math.isfinite(api_rate) or api_rate < 0 or api_rate > MAX_TENANT_LIMIT:
+        raise InvalidArgument(
+            "limits.api_rate", f"must be a number from 0 to {MAX_TENANT_LIMIT} (calls per second)"
+        )
+    for field, value in (("max_jobs", limits.max_jobs), ("api_burst", limits.api_burst)):
+        if value < 0:
+            raise InvalidArgument(f"limits.{field}", "must be >= 0")
+        if value > (100_000_000 if field == "max_jobs" else MAX_TENANT_LIMIT):
+            raise InvalidArgument(f"limits.{field}", "is too large")
+    if limits.api_burst and not api_rate:
+        raise InvalidArgument("limits.api_burst", "needs an api_rate")
+    return api_rate

@@ -9,8 +9,24 @@ from collections.abc import Callable
 from typing import Protocol
 
 from schedd._clock import Clock
-from schedd._errors import FailedPrecondition, InvalidArgument, SchedError
+from schedd._errors import (
+    ExecutionNotFound,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    SchedError,
+)
 from schedd._status import item_error
+from schedd.auth import (
+    ANONYMOUS,
+    AuditLog,
+    Caller,
+    TokenStore,
+    current,
+    note,
+    public,
+    validate_new_token,
+)
 from schedd.history import Position
 from schedd.model import (
     apply_update,
@@ -26,7 +42,7 @@ from schedd.model._fields import check_payload
 from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
 from schedd.store import JobStore, TenantStore
-from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
+from schedd.v1 import auth_pb2, execution_pb2, job_pb2, scheduler_pb2
 
 MAX_PAGE = 1000
 MAX_BATCH = 10_000
@@ -66,12 +82,57 @@ class NodeApi:
         clock: Clock,
         *,
         id_factory: Callable[[], str] = new_job_id,
+        auth: bool = False,
+        audit: AuditLog | None = None,
+        limits_of: Callable[[str], scheduler_pb2.TenantLimits | None] | None = None,
+        on_token: Callable[[auth_pb2.ApiToken], None] | None = None,
     ) -> None:
         self.jobs = jobs
         self.views = views
         self.clock = clock
         self.id_factory = id_factory
         self.tenants = TenantStore(jobs.kv, jobs.keys)
+        self.tokens = TokenStore(jobs.kv, jobs.keys)
+        #: Whether calls need a token; the caller of each call is set by the ApiGate.
+        self.auth = auth
+        self.audit = audit
+        self._limits_of = limits_of or (lambda _tenant: None)
+        self._on_token = on_token
+
+    def _caller(self) -> Caller:
+        return current(self.auth)
+
+    async def _job_for(self, job_id: str, *, write: bool) -> job_pb2.Job:
+        """The job, if the caller may see it (NOT_FOUND otherwise) and, for ``write``, change
+        it; the audit entry learns its tenant."""
+        caller = self._caller()
+        caller.require_api()
+        job = await self.jobs.get_job(validate_id("id", job_id))
+        caller.check_job(job.id, job.tenant)
+        if write:
+            caller.require_writer(job.tenant)
+        note(tenant=job.tenant, target=job.id)
+        return job
+
+    async def _check_quota(
+        self, tenant: str, adding: int, counted: dict[str, int] | None = None
+    ) -> None:
+        """RESOURCE_EXHAUSTED when ``adding`` more jobs would take ``tenant`` over max_jobs
+        (``counted`` keeps the stored counts across the items of a batch)."""
+        limits = self._limits_of(tenant)
+        if limits is None or limits.max_jobs <= 0:
+            return
+        have = counted.get(tenant) if counted is not None else None
+        if have is None:
+            have = await self.jobs.count_tenant_jobs(tenant)
+            if counted is not None:
+                counted[tenant] = have
+        if have + adding > limits.max_jobs:
+            raise ResourceExhausted(
+                f"tenant {tenant!r} has {have} of its {limits.max_jobs} jobs (max_jobs); "
+                f"{adding} more would exceed it: delete jobs or raise the quota",
+                retry_after_s=0,
+            )
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -94,7 +155,13 @@ class NodeApi:
         self, req: scheduler_pb2.CreateJobRequest
     ) -> scheduler_pb2.CreateJobResponse:
         now = self.clock.now_ms()
+        caller = self._caller()
+        if not req.job.tenant and caller.tenant:
+            req.job.tenant = caller.tenant  # a tenant token creates in its tenant by default
+        caller.require_writer(req.job.tenant, "job.tenant")
         job, sched = self._validated(req.job, now)
+        note(tenant=job.tenant, target=job.id)
+        await self._check_quota(job.tenant, 1)
         (result,) = await self.jobs.create_jobs([job], now, [sched])
         if isinstance(result, SchedError):
             raise result
@@ -106,13 +173,22 @@ class NodeApi:
         if len(req.jobs) > MAX_BATCH:
             raise InvalidArgument("jobs", f"at most {MAX_BATCH} jobs per call, got {len(req.jobs)}")
         now = self.clock.now_ms()
+        caller = self._caller()
+        caller.require_api()
         results: list[scheduler_pb2.BatchCreateJobsResult | None] = []
         valid: list[job_pb2.Job] = []
         schedules: list[Schedule] = []
         slots: list[int] = []
+        adding: dict[str, int] = {}
+        counted: dict[str, int] = {}
         for n, job in enumerate(req.jobs):
             try:
+                if not job.tenant and caller.tenant:
+                    job.tenant = caller.tenant
+                caller.require_writer(job.tenant, f"jobs[{n}].tenant")
+                await self._check_quota(job.tenant, adding.get(job.tenant, 0) + 1, counted)
                 out, sched = self._validated(job, now, f"jobs[{n}]")
+                adding[job.tenant] = adding.get(job.tenant, 0) + 1
                 valid.append(out)
                 schedules.append(sched)
                 slots.append(n)
@@ -127,14 +203,18 @@ class NodeApi:
             else:
                 ok = scheduler_pb2.CreateJobResponse(job=outcome[0], created=outcome[1])
                 results[n] = scheduler_pb2.BatchCreateJobsResult(ok=ok)
+        note(
+            tenant=",".join(sorted(adding)),
+            target=f"{len(valid)} of {len(req.jobs)} jobs",
+        )
         return scheduler_pb2.BatchCreateJobsResponse(results=[r for r in results if r is not None])
 
     async def get_job(self, req: scheduler_pb2.GetJobRequest) -> job_pb2.Job:
-        return await self.jobs.get_job(validate_id("id", req.id))
+        return await self._job_for(req.id, write=False)
 
     async def list_jobs(self, req: scheduler_pb2.ListJobsRequest) -> scheduler_pb2.ListJobsResponse:
         jobs, token = await self.jobs.list_jobs(
-            tenant=req.tenant,
+            tenant=self._caller().scope("tenant", req.tenant),
             name_prefix=req.name_prefix,
             page_size=page_size(req.page_size),
             page_token=req.page_token,
@@ -143,6 +223,7 @@ class NodeApi:
 
     async def update_job(self, req: scheduler_pb2.UpdateJobRequest) -> job_pb2.Job:
         job_id = validate_id("job.id", req.job.id)
+        await self._job_for(job_id, write=True)
         now = self.clock.now_ms()
 
         def mutate(stored: job_pb2.Job) -> job_pb2.Job:
@@ -156,17 +237,20 @@ class NodeApi:
     async def delete_job(
         self, req: scheduler_pb2.DeleteJobRequest
     ) -> scheduler_pb2.DeleteJobResponse:
-        n = await self.jobs.delete_job(validate_id("id", req.id), self.clock.now_ms())
+        job = await self._job_for(req.id, write=True)
+        n = await self.jobs.delete_job(job.id, self.clock.now_ms())
         return scheduler_pb2.DeleteJobResponse(cancelled_executions=n)
 
     async def pause_job(self, req: scheduler_pb2.PauseJobRequest) -> job_pb2.Job:
-        return await self.jobs.set_paused(validate_id("id", req.id), True, self.clock.now_ms())
+        job = await self._job_for(req.id, write=True)
+        return await self.jobs.set_paused(job.id, True, self.clock.now_ms())
 
     async def resume_job(self, req: scheduler_pb2.ResumeJobRequest) -> job_pb2.Job:
-        return await self.jobs.set_paused(validate_id("id", req.id), False, self.clock.now_ms())
+        job = await self._job_for(req.id, write=True)
+        return await self.jobs.set_paused(job.id, False, self.clock.now_ms())
 
     async def trigger_job(self, req: scheduler_pb2.TriggerJobRequest) -> execution_pb2.Execution:
-        job = await self.jobs.get_job(validate_id("id", req.id))
+        job = await self._job_for(req.id, write=True)
         check_payload("payload", req.payload)
         now = self.clock.now_ms()
         for sched in range(now, now + 1000):
@@ -180,7 +264,8 @@ class NodeApi:
     async def backfill_job(
         self, req: scheduler_pb2.BackfillJobRequest
     ) -> scheduler_pb2.BackfillJobResponse:
-        job = await self.jobs.get_job(validate_id("id", req.id))
+        job = await self._job_for(req.id, write=True)
+        note(skip=req.dry_run)
         if req.end_ms <= req.start_ms:
             raise InvalidArgument("end_ms", "must be after start_ms")
         if req.limit < 0 or req.limit > MAX_BACKFILL:
@@ -225,23 +310,33 @@ class NodeApi:
     async def set_tenant_limits(
         self, req: scheduler_pb2.SetTenantLimitsRequest
     ) -> scheduler_pb2.TenantLimits:
+        self._caller().require_admin("setting tenant limits")
         limits = validate_tenant_limits(req.limits)
+        note(tenant=limits.tenant, target=limits.tenant)
         return await self.tenants.set(limits, self.clock.now_ms())
 
     async def get_tenant_limits(
         self, req: scheduler_pb2.GetTenantLimitsRequest
     ) -> scheduler_pb2.TenantLimits:
-        return await self.tenants.get(check_text("tenant", req.tenant, required=True))
+        tenant = check_text("tenant", req.tenant, required=True)
+        self._caller().scope("tenant", tenant)
+        return await self.tenants.get(tenant)
 
     async def list_tenant_limits(
         self, req: scheduler_pb2.ListTenantLimitsRequest
     ) -> scheduler_pb2.ListTenantLimitsResponse:
-        return scheduler_pb2.ListTenantLimitsResponse(tenants=await self.tenants.list())
+        caller = self._caller()
+        caller.require_api()
+        found = [t for t in await self.tenants.list() if caller.sees(t.tenant)]
+        return scheduler_pb2.ListTenantLimitsResponse(tenants=found)
 
     async def delete_tenant_limits(
         self, req: scheduler_pb2.DeleteTenantLimitsRequest
     ) -> scheduler_pb2.TenantLimits:
-        return await self.tenants.delete(check_text("tenant", req.tenant, required=True))
+        self._caller().require_admin("lifting tenant limits")
+        tenant = check_text("tenant", req.tenant, required=True)
+        note(tenant=tenant, target=tenant)
+        return await self.tenants.delete(tenant)
 
     # -- executions ----------------------------------------------------------------------------
 
@@ -251,6 +346,7 @@ class NodeApi:
         eid = validate_execution_id("id", req.id)
         if len(req.reason.encode()) > 1024:
             raise InvalidArgument("reason", "at most 1 KiB")
+        await self._execution_for(eid)
         why = f"cancelled: {req.reason}" if req.reason else "cancelled by request"
         ex = await self.jobs.cancel_run(eid, why, self.clock.now_ms())
         if ex is not None:
@@ -262,7 +358,28 @@ class NodeApi:
     async def get_execution(
         self, req: scheduler_pb2.GetExecutionRequest
     ) -> execution_pb2.Execution:
-        return await self.views.get_execution(validate_execution_id("id", req.id))
+        ex = await self.views.get_execution(validate_execution_id("id", req.id))
+        if not self._caller().sees(ex.tenant):
+            raise ExecutionNotFound(ex.id)
+        return ex
+
+    async def _execution_for(self, execution_id: str) -> None:
+        """Refuses to change an execution the caller may not (NOT_FOUND when it may not see
+        its job): its job id is in its id, and a job's tenant never changes."""
+        caller = self._caller()
+        caller.require_api()
+        job_id = execution_id.rpartition("@")[0] or execution_id
+        try:
+            job = await self.jobs.get_job(job_id)
+        except SchedError:
+            if not caller.admin:
+                raise ExecutionNotFound(execution_id) from None
+            note(target=execution_id)
+            return
+        if not caller.sees(job.tenant):
+            raise ExecutionNotFound(execution_id)
+        caller.require_writer(job.tenant)
+        note(tenant=job.tenant, target=execution_id)
 
     async def list_executions(
         self, req: scheduler_pb2.ListExecutionsRequest
@@ -270,6 +387,12 @@ class NodeApi:
         size = page_size(req.page_size)
         if req.job_id:
             validate_id("job_id", req.job_id)
+        tenant = self._caller().scope("tenant", req.tenant)
+        if tenant != req.tenant:
+            scoped = scheduler_pb2.ListExecutionsRequest()
+            scoped.CopyFrom(req)
+            scoped.tenant = tenant
+            req = scoped
         after = decode_page_token(req.page_token)
         return await self.views.list_executions(req, after, size)
 
@@ -279,7 +402,10 @@ class NodeApi:
         size = page_size(req.page_size)
         if req.job_id:
             validate_id("job_id", req.job_id)
-        rows = await self.jobs.list_dead(req.tenant, req.job_id)
+        tenant = self._caller().scope("tenant", req.tenant)
+        if req.job_id and tenant:
+            await self._job_for(req.job_id, write=False)
+        rows = await self.jobs.list_dead(tenant, req.job_id)
         rows.sort(key=lambda e: (e.scheduled_ms, e.id), reverse=True)
         start = int(req.page_token) if req.page_token.isdigit() else 0
         token = str(start + size) if start + size < len(rows) else ""
@@ -290,22 +416,104 @@ class NodeApi:
     async def redrive(
         self, req: scheduler_pb2.RedriveDeadLettersRequest
     ) -> scheduler_pb2.RedriveDeadLettersResponse:
+        caller = self._caller()
+        caller.require_api()
         if req.execution_ids:
-            dead = [
-                await self.jobs.get_dead(validate_execution_id("execution_ids", e))
-                for e in req.execution_ids
-            ]
+            dead = []
+            for e in req.execution_ids:
+                ex = await self.jobs.get_dead(validate_execution_id("execution_ids", e))
+                if not caller.sees(ex.tenant):
+                    raise ExecutionNotFound(ex.id)
+                caller.require_writer(ex.tenant)
+                dead.append(ex)
+            note(
+                tenant=",".join(sorted({ex.tenant for ex in dead})),
+                target=",".join(ex.id for ex in dead),
+            )
         else:
             if not req.tenant and not req.job_id and not req.all:
                 raise InvalidArgument(
                     "execution_ids",
                     "name executions, a tenant or job_id to redrive all of, or set all",
                 )
-            dead = await self.jobs.list_dead(req.tenant, req.job_id)
+            tenant = caller.scope("tenant", req.tenant)
+            if tenant or not caller.admin:
+                caller.require_writer(tenant)
+            if req.job_id and not caller.admin:
+                await self._job_for(req.job_id, write=True)
+            dead = await self.jobs.list_dead(tenant, req.job_id)
+            note(tenant=tenant, target=req.job_id or tenant or "all")
         redriven = await self.jobs.redrive(dead, self.clock.now_ms())
         return scheduler_pb2.RedriveDeadLettersResponse(executions=redriven)
 
     async def cluster_status(
         self, req: scheduler_pb2.GetClusterStatusRequest
     ) -> scheduler_pb2.ClusterStatus:
-        return await self.views.cluster_status(req.local_only)
+        caller = self._caller()
+        status = await self.views.cluster_status(req.local_only)
+        if not caller.admin:
+            # Tenants and workers see the nodes and partitions, not who runs what.
+            del status.workers[:]
+        return status
+
+    # -- tokens and the audit trail --------------------------------------------------------------
+
+    async def create_token(
+        self, req: scheduler_pb2.CreateTokenRequest
+    ) -> scheduler_pb2.CreateTokenResponse:
+        caller = self._caller()
+        caller.require_admin("making tokens")
+        token = validate_new_token(req.token, req.ttl_ms)
+        stored, secret = await self.tokens.create(
+            token, req.ttl_ms, self.clock.now_ms(), created_by=caller.actor
+        )
+        if self._on_token is not None:
+            self._on_token(stored)  # usable on this node at once, before the mirror hears
+        note(tenant=stored.tenant, target=f"{stored.id} ({stored.role})")
+        return scheduler_pb2.CreateTokenResponse(token=public(stored), secret=secret)
+
+    async def list_tokens(
+        self, req: scheduler_pb2.ListTokensRequest
+    ) -> scheduler_pb2.ListTokensResponse:
+        self._caller().require_admin("listing tokens")
+        found = [
+            public(t)
+            for t in await self.tokens.list()
+            if (not req.tenant or t.tenant == req.tenant)
+            and (req.include_revoked or not t.revoked_ms)
+        ]
+        return scheduler_pb2.ListTokensResponse(tokens=found)
+
+    async def revoke_token(self, req: scheduler_pb2.RevokeTokenRequest) -> auth_pb2.ApiToken:
+        self._caller().require_admin("revoking tokens")
+        token_id = check_text("id", req.id, required=True)
+        token = await self.tokens.revoke(token_id, self.clock.now_ms())
+        if self._on_token is not None:
+            self._on_token(token)
+        note(tenant=token.tenant, target=token.id)
+        return public(token)
+
+    async def who_am_i(self, req: scheduler_pb2.WhoAmIRequest) -> auth_pb2.ApiToken:
+        caller = self._caller()
+        if caller.actor == ANONYMOUS.actor:
+            return auth_pb2.ApiToken(id=caller.actor, role=caller.role)
+        return public(await self.tokens.get(caller.actor))
+
+    async def list_audit(
+        self, req: scheduler_pb2.ListAuditRequest
+    ) -> scheduler_pb2.ListAuditResponse:
+        caller = self._caller()
+        tenant = caller.scope("tenant", req.tenant)
+        if self.audit is None:
+            return scheduler_pb2.ListAuditResponse()
+        if req.since_ms < 0 or req.until_ms < 0:
+            raise InvalidArgument("since_ms" if req.since_ms < 0 else "until_ms", "negative")
+        entries, token = await self.audit.list(
+            tenant=tenant if tenant or not caller.admin else None,
+            since_ms=req.since_ms,
+            until_ms=req.until_ms,
+            actor=req.actor,
+            page_size=page_size(req.page_size),
+            page_token=req.page_token,
+        )
+        return scheduler_pb2.ListAuditResponse(entries=entries, next_page_token=token)

@@ -20,6 +20,8 @@ class NodeConfig:
         http_listen: ``host:port`` of the web dashboard ("": none).
         http_actions: whether the dashboard offers pause, resume, trigger and redrive (off:
             read-only, every POST answers 403).
+        auth: whether API calls, worker streams, peer calls and the dashboard need a token
+            (:mod:`schedd.auth`); every node of a cluster must agree.
         etcd: how to reach etcd.
         prefix: etcd key prefix of this cluster.
         partitions: P, fixed at cluster init (later nodes use the stored value).
@@ -80,6 +82,7 @@ class NodeConfig:
     metrics_listen: str = ""
     http_listen: str = ""
     http_actions: bool = False
+    auth: bool = False
     etcd: EtcdConfig = field(default_factory=EtcdConfig)
     prefix: bytes = DEFAULT_PREFIX
     partitions: int = 64

@@ -57,6 +57,8 @@ class Fanout:
         self.members = members
         self.timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+        #: With auth on: adds the cluster's peer secret to every call (see :mod:`schedd.auth`).
+        self.interceptors: list[grpc.aio.ClientInterceptor] = []
 
     async def ask(
         self,
@@ -112,7 +114,9 @@ class Fanout:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(
+                address, options=_CHANNEL_OPTIONS, interceptors=self.interceptors or None
+            )
             self._channels[address] = channel
         return channel
 

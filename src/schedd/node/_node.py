@@ -26,6 +26,16 @@ from grpc_reflection.v1alpha import reflection
 from schedd._clock import Clock, SystemClock
 from schedd._errors import SchedError, Unavailable
 from schedd._supervise import supervised
+from schedd.auth import (
+    PEER_METADATA,
+    ApiGate,
+    ApiQuotas,
+    AuditLog,
+    MetadataInterceptor,
+    TokenRegistry,
+    decode_token,
+    load_peer_secret,
+)
 from schedd.coord import (
     Fence,
     Membership,
@@ -67,6 +77,7 @@ from schedd.store import (
     partition_of,
 )
 from schedd.v1 import (
+    auth_pb2,
     execution_pb2,
     peer_pb2,
     peer_pb2_grpc,
@@ -125,6 +136,11 @@ class Node:
         self._membership: Membership | None = None
         self._session: Session | None = None
         self.tenant_limits: PrefixMirror | None = None
+        #: Every tenant's limits, quotas included (the firer's limiter gets those on fires).
+        self.all_limits: dict[str, scheduler_pb2.TenantLimits] = {}
+        self.tokens_mirror: PrefixMirror | None = None
+        self.token_registry: TokenRegistry | None = None
+        self.peer_secret: str | None = None
         self.health = Health()
 
     # -- start / stop ----------------------------------------------------------------------
@@ -166,7 +182,10 @@ class Node:
         self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
         self.fanout = Fanout(cfg.node_id, self._members, cfg.peer_timeout_ms / 1000)
         self.views = ClusterViews(self, self.fanout, self.jobs)
-        self.api = NodeApi(self.jobs, self.views, self.clock)
+        self.audit = AuditLog(
+            self.kv, self.keys, cfg.node_id, self.clock, retention_ms=cfg.history_ttl_ms
+        )
+        await self._start_auth()
         await self._serve()
         await self.dispatcher.start()
         if self.metrics is not None:
@@ -188,10 +207,66 @@ class Node:
         if cfg.history_prune_interval_s > 0:
             pruner = HistoryPruner(self.history, self.clock, cfg.history_prune_interval_s)
             self._run_supervised("history prune", pruner.run)
+            self._run_supervised("audit prune", self._prune_audit)
         log.info(
             "node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions,
             extra={"node": cfg.node_id},
         )  # fmt: skip
+
+    async def _start_auth(self) -> None:
+        """The client API behind its gate: tokens (with auth on), quotas, the audit trail;
+        with auth on, peers and worker streams need their credentials too."""
+        cfg = self.config
+        if cfg.auth:
+            await self._watch_tokens()
+            self.peer_secret = await load_peer_secret(self.kv, self.keys)
+            self.fanout.interceptors = [MetadataInterceptor(PEER_METADATA, self.peer_secret)]
+        registry = self.token_registry
+        self.api = NodeApi(
+            self.jobs, self.views, self.clock, auth=cfg.auth, audit=self.audit,
+            limits_of=self.all_limits.get, on_token=registry.add if registry else None,
+        )  # fmt: skip
+        self.gate = ApiGate(
+            auth=cfg.auth, tokens=registry, audit=self.audit,
+            quotas=ApiQuotas(self.all_limits.get, self.clock.now_ms),
+        )  # fmt: skip
+        if registry is not None:
+            self.dispatcher.authorize = registry.authenticate
+
+    async def _watch_tokens(self) -> None:
+        """Mirrors the API tokens into the registry calls are checked against."""
+        registry = self.token_registry = TokenRegistry(self.clock.now_ms, self._fetch_token)
+        mirror = self.tokens_mirror = PrefixMirror(
+            self.kv, self.keys.tokens_prefix(), clock=self.clock
+        )
+
+        def changed(_listed: bool) -> None:
+            registry.replace(list(mirror.items.values()))
+            self.dispatcher.end_sessions(registry.refused, "revoked, expired or deleted")
+
+        mirror.add_listener(changed)
+        await mirror.start()
+        self._run_supervised("token expiry", self._expire_tokens)
+
+    async def _expire_tokens(self) -> None:
+        """Ends the worker streams of tokens that expired (revocations end them at once)."""
+        registry = self.token_registry
+        while registry is not None:
+            await self.clock.sleep(5.0)
+            self.dispatcher.end_sessions(registry.refused, "expired")
+
+    async def _fetch_token(self, token_id: str) -> auth_pb2.ApiToken | None:
+        kv = await self.kv.get(self.keys.token_key(token_id))
+        return decode_token(kv.value) if kv is not None else None
+
+    async def _prune_audit(self) -> None:
+        """Deletes audit entries older than the history's retention, every few minutes."""
+        while True:
+            try:
+                await self.audit.prune()
+            except SchedError as exc:
+                log.info("audit prune failed (tried again later): %s", exc)
+            await self.clock.sleep(max(60.0, self.config.history_prune_interval_s * 5))
 
     async def _watch_tenants(self) -> None:
         """Mirrors the tenants' limits into the firer's limiter; this node enforces the share
@@ -210,7 +285,10 @@ class Node:
         )
 
         def changed(_listed: bool) -> None:
-            limits = limits_by_tenant(list(mirror.items.values()))
+            every = limits_by_tenant(list(mirror.items.values()))
+            self.all_limits.clear()
+            self.all_limits.update(every)
+            limits = {t: lim for t, lim in every.items() if lim.rate or lim.max_running}
             if limits != limiter.limits():
                 log.info(
                     "tenant limits: %s", describe_limits(limits) or "none",
@@ -253,8 +331,9 @@ class Node:
     async def _serve(self) -> None:
         interceptors = [MetricsInterceptor(self.recorder.grpc_request)] if self.metrics else []
         self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.api), self.server)
-        peer = PeerServicer(PeerAnswers(self, page_size))
+        servicer = SchedulerServicer(self.api, self.gate)
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, self.server)
+        peer = PeerServicer(PeerAnswers(self, page_size), self.peer_secret)
         peer_pb2_grpc.add_PeerServicer_to_server(peer, self.server)
         self.dispatcher.add_to_server(self.server)
         self.health.add_to_server(self.server)
@@ -304,6 +383,8 @@ class Node:
         await self._close_session()
         if self.tenant_limits is not None:
             await self.tenant_limits.close()
+        if self.tokens_mirror is not None:
+            await self.tokens_mirror.close()
         await self.dispatcher.stop(graceful, timeout)
         await self.server.stop(min(self.config.server_grace_s, timeout) if graceful else 0)
         await self.fanout.close()

@@ -11,6 +11,7 @@ import grpc
 
 from schedd._errors import SchedError
 from schedd._status import abort_with
+from schedd.auth import AUTHORIZATION, PEER_METADATA, ApiGate, check_peer
 from schedd.node._api import NodeApi
 from schedd.node._cluster_views import PeerAnswers
 from schedd.v1 import peer_pb2_grpc, scheduler_pb2_grpc
@@ -21,11 +22,26 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
+def _metadata(context: grpc.aio.ServicerContext[Any, Any], key: str) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return None
+
+
 async def _call(
-    fn: Callable[[Req], Awaitable[Resp]], request: Req, context: grpc.aio.ServicerContext[Any, Any]
+    fn: Callable[[Req], Awaitable[Resp]],
+    request: Req,
+    context: grpc.aio.ServicerContext[Any, Any],
+    gate: ApiGate | None = None,
+    method: str = "",
 ) -> Resp:
     try:
-        return await fn(request)
+        if gate is None:
+            return await fn(request)
+        return await gate.call(
+            method, fn, request, bearer=_metadata(context, AUTHORIZATION), peer=context.peer()
+        )
     except SchedError as err:
         await abort_with(context, err)
     except Exception as exc:  # an unexpected bug: say so, never hang the caller
@@ -37,81 +53,125 @@ async def _call(
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, api: NodeApi) -> None:
+    """Every call goes through the ApiGate: token, quota, caller, audit trail."""
+
+    def __init__(self, api: NodeApi, gate: ApiGate | None = None) -> None:
         self.api = api
+        self.gate = gate or ApiGate(auth=False)
 
     async def CreateJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.create_job, request, context)
+        return await _call(self.api.create_job, request, context, self.gate, "CreateJob")
 
     async def BatchCreateJobs(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.batch_create_jobs, request, context)
+        return await _call(
+            self.api.batch_create_jobs, request, context, self.gate, "BatchCreateJobs"
+        )
 
     async def GetJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.get_job, request, context)
+        return await _call(self.api.get_job, request, context, self.gate, "GetJob")
 
     async def ListJobs(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.list_jobs, request, context)
+        return await _call(self.api.list_jobs, request, context, self.gate, "ListJobs")
 
     async def UpdateJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.update_job, request, context)
+        return await _call(self.api.update_job, request, context, self.gate, "UpdateJob")
 
     async def DeleteJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.delete_job, request, context)
+        return await _call(self.api.delete_job, request, context, self.gate, "DeleteJob")
 
     async def PauseJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.pause_job, request, context)
+        return await _call(self.api.pause_job, request, context, self.gate, "PauseJob")
 
     async def ResumeJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.resume_job, request, context)
+        return await _call(self.api.resume_job, request, context, self.gate, "ResumeJob")
 
     async def TriggerJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.trigger_job, request, context)
+        return await _call(self.api.trigger_job, request, context, self.gate, "TriggerJob")
 
     async def BackfillJob(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.backfill_job, request, context)
+        return await _call(self.api.backfill_job, request, context, self.gate, "BackfillJob")
 
     async def GetExecution(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.get_execution, request, context)
+        return await _call(self.api.get_execution, request, context, self.gate, "GetExecution")
 
     async def CancelExecution(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.cancel_execution, request, context)
+        return await _call(
+            self.api.cancel_execution, request, context, self.gate, "CancelExecution"
+        )
 
     async def ListExecutions(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.list_executions, request, context)
+        return await _call(self.api.list_executions, request, context, self.gate, "ListExecutions")
 
     async def ListDeadLetters(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.list_dead_letters, request, context)
+        return await _call(
+            self.api.list_dead_letters, request, context, self.gate, "ListDeadLetters"
+        )
 
     async def RedriveDeadLetters(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.redrive, request, context)
+        return await _call(self.api.redrive, request, context, self.gate, "RedriveDeadLetters")
 
     async def GetClusterStatus(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.cluster_status, request, context)
+        return await _call(self.api.cluster_status, request, context, self.gate, "GetClusterStatus")
 
     async def SetTenantLimits(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.set_tenant_limits, request, context)
+        return await _call(
+            self.api.set_tenant_limits, request, context, self.gate, "SetTenantLimits"
+        )
 
     async def GetTenantLimits(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.get_tenant_limits, request, context)
+        return await _call(
+            self.api.get_tenant_limits, request, context, self.gate, "GetTenantLimits"
+        )
 
     async def ListTenantLimits(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.list_tenant_limits, request, context)
+        return await _call(
+            self.api.list_tenant_limits, request, context, self.gate, "ListTenantLimits"
+        )
 
     async def DeleteTenantLimits(self, request: Any, context: Any) -> Any:
-        return await _call(self.api.delete_tenant_limits, request, context)
+        return await _call(
+            self.api.delete_tenant_limits, request, context, self.gate, "DeleteTenantLimits"
+        )
+
+    async def CreateToken(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.create_token, request, context, self.gate, "CreateToken")
+
+    async def ListTokens(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.list_tokens, request, context, self.gate, "ListTokens")
+
+    async def RevokeToken(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.revoke_token, request, context, self.gate, "RevokeToken")
+
+    async def WhoAmI(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.who_am_i, request, context, self.gate, "WhoAmI")
+
+    async def ListAudit(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.list_audit, request, context, self.gate, "ListAudit")
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     """The internal node-to-node service: a thin adapter over :class:`PeerAnswers`."""
 
-    def __init__(self, answers: PeerAnswers) -> None:
+    def __init__(self, answers: PeerAnswers, secret: str | None = None) -> None:
         self.answers = answers
+        #: With auth on, the cluster's peer secret every call must present.
+        self.secret = secret
+
+    async def _peer_call(
+        self, fn: Callable[[Req], Awaitable[Resp]], request: Req, context: Any
+    ) -> Resp:
+        if self.secret is not None:
+            try:
+                check_peer(self.secret, _metadata(context, PEER_METADATA))
+            except SchedError as err:
+                await abort_with(context, err)
+        return await _call(fn, request, context)
 
     async def ListLocalExecutions(self, request: Any, context: Any) -> Any:
-        return await _call(self.answers.list_local, request, context)
+        return await self._peer_call(self.answers.list_local, request, context)
 
     async def GetLocalExecution(self, request: Any, context: Any) -> Any:
-        return await _call(self.answers.get_local, request, context)
+        return await self._peer_call(self.answers.get_local, request, context)
 
     async def GetLocalStatus(self, request: Any, context: Any) -> Any:
-        return await _call(self.answers.status_local, request, context)
+        return await self._peer_call(self.answers.status_local, request, context)

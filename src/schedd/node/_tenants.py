@@ -52,6 +52,10 @@ def describe_limits(limits: Mapping[str, scheduler_pb2.TenantLimits]) -> str:
             terms.append(f"{lim.rate:g}/s burst {lim.burst}")
         if lim.max_running:
             terms.append(f"{lim.max_running} running")
+        if lim.max_jobs:
+            terms.append(f"{lim.max_jobs} jobs")
+        if lim.api_rate:
+            terms.append(f"API {lim.api_rate:g}/s burst {lim.api_burst}")
         parts.append(f"{tenant}: {', '.join(terms)}")
     return "; ".join(parts)
 

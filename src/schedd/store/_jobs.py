@@ -160,6 +160,7 @@ class JobStore:
                 idem = k.idem_key(job.tenant, job.idempotency_key)
                 cmps.append(o.cmp_create(idem, 0))
                 ops.append(o.put(idem, job.id.encode()))
+            ops.append(o.put(k.tenant_job_key(job.tenant, job.id), b""))
             if state.due_ms:
                 entry = DueEntry(job.partition, state.due_ms, job.id, FIRE, state.next_fire_ms)
                 ops.append(o.put(k.due_key(job.partition, state.due_ms, job.id), entry.encode()))
@@ -384,6 +385,7 @@ class JobStore:
                 ops.append(o.delete(k.due_key(p, stored.state.due_ms, job_id)))
             if stored.job.idempotency_key:
                 ops.append(o.delete(k.idem_key(stored.job.tenant, stored.job.idempotency_key)))
+            ops.append(o.delete(k.tenant_job_key(stored.job.tenant, job_id)))
             ckpts = k.ckpt_job_prefix(p, job_id)
             ops.append(o.delete(ckpts, prefix_end(ckpts)))
             ops += _notify(o, k, {p: [job_id]})
@@ -487,6 +489,12 @@ class JobStore:
         return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
 
     # -- dead letters -----------------------------------------------------------------------------
+
+    async def count_tenant_jobs(self, tenant: str) -> int:
+        """How many jobs ``tenant`` has stored (its index ``tjobs/{tenant}/``: jobs created
+        before the index existed are not counted)."""
+        start = self.keys.tenant_jobs_prefix(tenant)
+        return await self.kv.count(start, prefix_end(start))
 
     async def list_dead(self, tenant: str = "", job_id: str = "") -> list[execution_pb2.Execution]:
         if job_id and not tenant:

@@ -15,6 +15,10 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     idem/{tenant}/{key}               job id (idempotent create)
     tenants/{tenant}                  TenantLimits protobuf (rate, burst, max_running); every node
                                       mirrors the prefix
+    tjobs/{tenant}/{job}              empty: the tenant's jobs, counted for its max_jobs quota
+    auth/tokens/{id}                  ApiToken protobuf (the secret's hash); every node mirrors it
+    auth/peer-secret                  random bytes the nodes present to each other (Peer calls)
+    audit/{at_ms:013d}/{node}/{seq}   AuditEntry protobuf: one mutation
 
 Numbers are zero-padded so that key order is time order: a range scan of ``due/p/`` up to
 ``due/p/{now+W}`` costs what is due, not what is stored.
@@ -89,6 +93,27 @@ class Keys:
 
     def tenant_key(self, tenant: str) -> bytes:
         return self.tenants_prefix() + tenant.encode()
+
+    def tenant_jobs_prefix(self, tenant: str) -> bytes:
+        return self.prefix + b"tjobs/" + tenant.encode() + b"/"
+
+    def tenant_job_key(self, tenant: str, job_id: str) -> bytes:
+        return self.tenant_jobs_prefix(tenant) + job_id.encode()
+
+    def tokens_prefix(self) -> bytes:
+        return self.prefix + b"auth/tokens/"
+
+    def token_key(self, token_id: str) -> bytes:
+        return self.tokens_prefix() + token_id.encode()
+
+    def peer_secret_key(self) -> bytes:
+        return self.prefix + b"auth/peer-secret"
+
+    def audit_prefix(self) -> bytes:
+        return self.prefix + b"audit/"
+
+    def audit_key(self, at_ms: int, node_id: str, seq: int) -> bytes:
+        return self.audit_prefix() + b"%013d/" % at_ms + f"{node_id}/{seq:08d}".encode()
 
     def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
         return self.prefix + f"idem/{tenant}/".encode() + idempotency_key.encode()

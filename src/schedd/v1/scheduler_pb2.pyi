@@ -12,6 +12,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from schedd.v1 import auth_pb2 as _auth_pb2
 from schedd.v1 import execution_pb2 as _execution_pb2
 from schedd.v1 import job_pb2 as _job_pb2
 import builtins as _builtins
@@ -26,6 +27,193 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class CreateTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    ttl_ms: _builtins.int
+    """How long it is valid from now (ms); 0: never expires."""
+    @_builtins.property
+    def token(self) -> _auth_pb2.ApiToken:
+        """tenant, role, description, queues and tenants are used; the rest is set by the node."""
+
+    def __init__(
+        self,
+        *,
+        token: _auth_pb2.ApiToken | None = ...,
+        ttl_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateTokenRequest: _TypeAlias = CreateTokenRequest  # noqa: Y015
+
+@_typing.final
+class CreateTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    secret: _builtins.str
+    """The bearer string ("sdt_<id>_<secret>"): shown this once, never stored."""
+    @_builtins.property
+    def token(self) -> _auth_pb2.ApiToken: ...
+    def __init__(
+        self,
+        *,
+        token: _auth_pb2.ApiToken | None = ...,
+        secret: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["secret", b"secret", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateTokenResponse: _TypeAlias = CreateTokenResponse  # noqa: Y015
+
+@_typing.final
+class ListTokensRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    INCLUDE_REVOKED_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """Empty: every tenant's."""
+    include_revoked: _builtins.bool
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        include_revoked: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_revoked", b"include_revoked", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensRequest: _TypeAlias = ListTokensRequest  # noqa: Y015
+
+@_typing.final
+class ListTokensResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKENS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tokens(self) -> _containers.RepeatedCompositeFieldContainer[_auth_pb2.ApiToken]: ...
+    def __init__(
+        self,
+        *,
+        tokens: _abc.Iterable[_auth_pb2.ApiToken] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensResponse: _TypeAlias = ListTokensResponse  # noqa: Y015
+
+@_typing.final
+class RevokeTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeTokenRequest: _TypeAlias = RevokeTokenRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class ListAuditRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    SINCE_MS_FIELD_NUMBER: _builtins.int
+    UNTIL_MS_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """Empty: every tenant the caller may see."""
+    since_ms: _builtins.int
+    """Only entries at or after since_ms, and before until_ms (0: now)."""
+    until_ms: _builtins.int
+    actor: _builtins.str
+    """Only this token's entries."""
+    page_size: _builtins.int
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        since_ms: _builtins.int = ...,
+        until_ms: _builtins.int = ...,
+        actor: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "page_size", b"page_size", "page_token", b"page_token", "since_ms", b"since_ms", "tenant", b"tenant", "until_ms", b"until_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditRequest: _TypeAlias = ListAuditRequest  # noqa: Y015
+
+@_typing.final
+class ListAuditResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[_auth_pb2.AuditEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[_auth_pb2.AuditEntry] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditResponse: _TypeAlias = ListAuditResponse  # noqa: Y015
+
+@_typing.final
 class TenantLimits(_message.Message):
     """How fast and how much of one tenant's work runs, cluster-wide. A fire over a limit is
     not dropped: it waits, in order, and its execution records how long (throttled_ms).
@@ -38,6 +226,9 @@ class TenantLimits(_message.Message):
     BURST_FIELD_NUMBER: _builtins.int
     MAX_RUNNING_FIELD_NUMBER: _builtins.int
     UPDATED_MS_FIELD_NUMBER: _builtins.int
+    MAX_JOBS_FIELD_NUMBER: _builtins.int
+    API_RATE_FIELD_NUMBER: _builtins.int
+    API_BURST_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     rate: _builtins.float
     """Fires (attempts) handed out per second; 0: no rate limit."""
@@ -47,6 +238,13 @@ class TenantLimits(_message.Message):
     """Executions handed out and not finished at once (held ahead counts); 0: no limit."""
     updated_ms: _builtins.int
     """When the limits were last set (ms since the epoch); output only."""
+    max_jobs: _builtins.int
+    """Quotas against abuse (0: none). Jobs stored at once: a create beyond it is refused with
+    RESOURCE_EXHAUSTED. API calls per second per node, with api_burst at once (0: one
+    second's worth): calls beyond it are refused with RESOURCE_EXHAUSTED and a retry delay.
+    """
+    api_rate: _builtins.float
+    api_burst: _builtins.int
     def __init__(
         self,
         *,
@@ -55,10 +253,13 @@ class TenantLimits(_message.Message):
         burst: _builtins.int = ...,
         max_running: _builtins.int = ...,
         updated_ms: _builtins.int = ...,
+        max_jobs: _builtins.int = ...,
+        api_rate: _builtins.float = ...,
+        api_burst: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["burst", b"burst", "max_running", b"max_running", "rate", b"rate", "tenant", b"tenant", "updated_ms", b"updated_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_burst", b"api_burst", "api_rate", b"api_rate", "burst", b"burst", "max_jobs", b"max_jobs", "max_running", b"max_running", "rate", b"rate", "tenant", b"tenant", "updated_ms", b"updated_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from schedd.v1 import auth_pb2 as schedd_dot_v1_dot_auth__pb2
 from schedd.v1 import execution_pb2 as schedd_dot_v1_dot_execution__pb2
 from schedd.v1 import job_pb2 as schedd_dot_v1_dot_job__pb2
 from schedd.v1 import scheduler_pb2 as schedd_dot_v1_dot_scheduler__pb2
@@ -135,6 +136,31 @@ class SchedulerStub:
                 '/schedd.v1.Scheduler/DeleteTenantLimits',
                 request_serializer=schedd_dot_v1_dot_scheduler__pb2.DeleteTenantLimitsRequest.SerializeToString,
                 response_deserializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+                _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/schedd.v1.Scheduler/CreateToken',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/schedd.v1.Scheduler/ListTokens',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/schedd.v1.Scheduler/RevokeToken',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_auth__pb2.ApiToken.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/schedd.v1.Scheduler/WhoAmI',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_auth__pb2.ApiToken.FromString,
+                _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/schedd.v1.Scheduler/ListAudit',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditResponse.FromString,
                 _registered_method=True)
 
 
@@ -279,6 +305,40 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateToken(self, request, context):
+        """API tokens (admin only, except WhoAmI). CreateToken returns the bearer string once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Refused at once by every node (they mirror the tokens); the record stays, marked revoked.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """The token the call was made with (with auth off: an anonymous admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAudit(self, request, context):
+        """The audit trail, newest first: admins see every tenant's, others their tenant's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -381,6 +441,31 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.DeleteTenantLimits,
                     request_deserializer=schedd_dot_v1_dot_scheduler__pb2.DeleteTenantLimitsRequest.FromString,
                     response_serializer=schedd_dot_v1_dot_scheduler__pb2.TenantLimits.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.CreateTokenRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListTokensRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_auth__pb2.ApiToken.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.WhoAmIRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_auth__pb2.ApiToken.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -923,6 +1008,141 @@ class Scheduler:
             '/schedd.v1.Scheduler/DeleteTenantLimits',
             schedd_dot_v1_dot_scheduler__pb2.DeleteTenantLimitsRequest.SerializeToString,
             schedd_dot_v1_dot_scheduler__pb2.TenantLimits.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/CreateToken',
+            schedd_dot_v1_dot_scheduler__pb2.CreateTokenRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/ListTokens',
+            schedd_dot_v1_dot_scheduler__pb2.ListTokensRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/RevokeToken',
+            schedd_dot_v1_dot_scheduler__pb2.RevokeTokenRequest.SerializeToString,
+            schedd_dot_v1_dot_auth__pb2.ApiToken.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/WhoAmI',
+            schedd_dot_v1_dot_scheduler__pb2.WhoAmIRequest.SerializeToString,
+            schedd_dot_v1_dot_auth__pb2.ApiToken.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/ListAudit',
+            schedd_dot_v1_dot_scheduler__pb2.ListAuditRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.ListAuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,6 +10,7 @@ re-read and retry), UNAVAILABLE (etcd lost), RESOURCE_EXHAUSTED (rate limited).
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from schedd.v1 import auth_pb2 as _auth_pb2
 from schedd.v1 import execution_pb2 as _execution_pb2
 from schedd.v1 import job_pb2 as _job_pb2
 from schedd.v1 import scheduler_pb2 as _scheduler_pb2
@@ -81,6 +82,15 @@ class SchedulerStub:
     GetTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetTenantLimitsRequest, _scheduler_pb2.TenantLimits]
     ListTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListTenantLimitsRequest, _scheduler_pb2.ListTenantLimitsResponse]
     DeleteTenantLimits: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.DeleteTenantLimitsRequest, _scheduler_pb2.TenantLimits]
+    CreateToken: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.CreateTokenRequest, _scheduler_pb2.CreateTokenResponse]
+    """API tokens (admin only, except WhoAmI). CreateToken returns the bearer string once."""
+    ListTokens: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListTokensRequest, _scheduler_pb2.ListTokensResponse]
+    RevokeToken: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.RevokeTokenRequest, _auth_pb2.ApiToken]
+    """Refused at once by every node (they mirror the tokens); the record stays, marked revoked."""
+    WhoAmI: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.WhoAmIRequest, _auth_pb2.ApiToken]
+    """The token the call was made with (with auth off: an anonymous admin)."""
+    ListAudit: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListAuditRequest, _scheduler_pb2.ListAuditResponse]
+    """The audit trail, newest first: admins see every tenant's, others their tenant's."""
 
 @_typing.type_check_only
 class SchedulerAsyncStub(SchedulerStub):
@@ -128,6 +138,15 @@ class SchedulerAsyncStub(SchedulerStub):
     GetTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetTenantLimitsRequest, _scheduler_pb2.TenantLimits]  # type: ignore[assignment]
     ListTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListTenantLimitsRequest, _scheduler_pb2.ListTenantLimitsResponse]  # type: ignore[assignment]
     DeleteTenantLimits: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.DeleteTenantLimitsRequest, _scheduler_pb2.TenantLimits]  # type: ignore[assignment]
+    CreateToken: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.CreateTokenRequest, _scheduler_pb2.CreateTokenResponse]  # type: ignore[assignment]
+    """API tokens (admin only, except WhoAmI). CreateToken returns the bearer string once."""
+    ListTokens: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListTokensRequest, _scheduler_pb2.ListTokensResponse]  # type: ignore[assignment]
+    RevokeToken: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.RevokeTokenRequest, _auth_pb2.ApiToken]  # type: ignore[assignment]
+    """Refused at once by every node (they mirror the tokens); the record stays, marked revoked."""
+    WhoAmI: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.WhoAmIRequest, _auth_pb2.ApiToken]  # type: ignore[assignment]
+    """The token the call was made with (with auth off: an anonymous admin)."""
+    ListAudit: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListAuditRequest, _scheduler_pb2.ListAuditResponse]  # type: ignore[assignment]
+    """The audit trail, newest first: admins see every tenant's, others their tenant's."""
 
 class SchedulerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -292,5 +311,44 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduler_pb2.DeleteTenantLimitsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.TenantLimits, _abc.Awaitable[_scheduler_pb2.TenantLimits]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateToken(
+        self,
+        request: _scheduler_pb2.CreateTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.CreateTokenResponse, _abc.Awaitable[_scheduler_pb2.CreateTokenResponse]]:
+        """API tokens (admin only, except WhoAmI). CreateToken returns the bearer string once."""
+
+    @_abc_1.abstractmethod
+    def ListTokens(
+        self,
+        request: _scheduler_pb2.ListTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ListTokensResponse, _abc.Awaitable[_scheduler_pb2.ListTokensResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RevokeToken(
+        self,
+        request: _scheduler_pb2.RevokeTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_auth_pb2.ApiToken, _abc.Awaitable[_auth_pb2.ApiToken]]:
+        """Refused at once by every node (they mirror the tokens); the record stays, marked revoked."""
+
+    @_abc_1.abstractmethod
+    def WhoAmI(
+        self,
+        request: _scheduler_pb2.WhoAmIRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_auth_pb2.ApiToken, _abc.Awaitable[_auth_pb2.ApiToken]]:
+        """The token the call was made with (with auth off: an anonymous admin)."""
+
+    @_abc_1.abstractmethod
+    def ListAudit(
+        self,
+        request: _scheduler_pb2.ListAuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ListAuditResponse, _abc.Awaitable[_scheduler_pb2.ListAuditResponse]]:
+        """The audit trail, newest first: admins see every tenant's, others their tenant's."""
 
 def add_SchedulerServicer_to_server(servicer: SchedulerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

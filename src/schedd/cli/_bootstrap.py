@@ -1,0 +1,83 @@
+"""``schedd token create``: the first admin token, written straight into etcd.
+
+With auth on, making a token through the API needs an admin token already; this command is
+how the first one is made, by whoever can reach etcd (the same trust as running a node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from schedd._clock import SystemClock
+from schedd._errors import SchedError
+from schedd.auth import ROLES, TokenStore, validate_new_token
+from schedd.store import EtcdConfig, Keys, connect_etcd
+from schedd.v1 import auth_pb2
+
+
+@click.group("token")
+def token_group() -> None:
+    """Make API tokens directly in etcd (bootstrap; later ones: `schedctl token create`)."""
+
+
+@token_group.command("create")
+@click.option("--etcd", "etcd_endpoints", envvar="SCHEDD_ETCD", default="127.0.0.1:2379",
+              show_default=True, help="etcd endpoints, HOST:PORT[,...]")  # fmt: skip
+@click.option("--prefix", envvar="SCHEDD_PREFIX", default="/schedd/v1/", show_default=True)
+@click.option("--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None,
+              type=click.Path(dir_okay=False, exists=True))  # fmt: skip
+@click.option("--etcd-cert", envvar="SCHEDD_ETCD_CERT", default=None,
+              type=click.Path(dir_okay=False, exists=True))  # fmt: skip
+@click.option("--etcd-key", envvar="SCHEDD_ETCD_KEY", default=None,
+              type=click.Path(dir_okay=False, exists=True))  # fmt: skip
+@click.option("--role", type=click.Choice(ROLES), default="admin", show_default=True)
+@click.option("--tenant", default="", help="the tenant an editor or viewer token acts for")
+@click.option("--description", default="bootstrap", show_default=True)
+@click.option("--ttl", "ttl_s", type=click.IntRange(min=0), default=0,
+              help="seconds until it expires (0: never)")  # fmt: skip
+def create(
+    etcd_endpoints: str,
+    prefix: str,
+    etcd_ca: str | None,
+    etcd_cert: str | None,
+    etcd_key: str | None,
+    role: str,
+    tenant: str,
+    description: str,
+    ttl_s: int,
+) -> None:
+    """Make a token and print its bearer string (shown this once) on stdout."""
+    try:
+        config = EtcdConfig(
+            endpoints=EtcdConfig.parse_endpoints(etcd_endpoints),
+            ca_file=etcd_ca,
+            cert_file=etcd_cert,
+            key_file=etcd_key,
+        )
+        wanted = validate_new_token(
+            auth_pb2.ApiToken(role=role, tenant=tenant, description=description), ttl_s * 1000
+        )
+    except (ValueError, SchedError) as exc:
+        click.echo(f"schedd token create: {exc}", err=True)
+        sys.exit(2)
+    keys = Keys(prefix.encode() if prefix.endswith("/") else (prefix + "/").encode())
+
+    async def make() -> tuple[auth_pb2.ApiToken, str]:
+        kv = await connect_etcd(config)
+        try:
+            now_ms = SystemClock().now_ms()
+            return await TokenStore(kv, keys).create(wanted, ttl_s * 1000, now_ms, "bootstrap")
+        finally:
+            await kv.close()
+
+    try:
+        token, secret = asyncio.run(make())
+    except SchedError as exc:
+        click.echo(f"schedd token create: {exc}", err=True)
+        sys.exit(5)
+    who = f"{token.role}" + (f" of tenant {token.tenant!r}" if token.tenant else "")
+    click.echo(f"made token {token.id} ({who}); its secret is shown only now:", err=True)
+    click.echo(secret)
