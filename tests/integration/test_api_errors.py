@@ -87,9 +87,7 @@ async def test_every_rpc_rejects_bad_input(h: Harness, etcd: EtcdKV) -> None:
                 await getattr(stub, method)(request)
             assert info.value.code() == code, (method, info.value.details())
             assert needle in (info.value.details() or ""), (method, info.value.details())
-        assert await state() == before, (
-            "bad input wrote something"
-        )
+        assert await state() == before, "bad input wrote something"
 
 
 async def test_batch_create_reports_per_item(h: Harness) -> None:
