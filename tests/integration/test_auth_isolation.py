@@ -295,5 +295,7 @@ async def test_bootstrap_then_schedctl_tokens_audit_and_clear_errors(t: Tenants)
     methods = [(e["method"], e["code"]) for e in json.loads(out)]
     assert ("CreateToken", "OK") in methods and ("CreateJob", "OK") in methods
     assert ("RevokeToken", "OK") in methods
+    boot = [e for e in json.loads(out) if e["actor"] == "bootstrap"]
+    assert boot and boot[0]["method"] == "CreateToken" and boot[0]["target"].endswith("(admin)")
     code, out, err = await _run(*ctl, "audit", "list", "--since", "1h", env=env)
     assert code == 0 and "RevokeToken" in out, err

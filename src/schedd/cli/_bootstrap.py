@@ -7,13 +7,14 @@ how the first one is made, by whoever can reach etcd (the same trust as running 
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 
 import click
 
 from schedd._clock import SystemClock
 from schedd._errors import SchedError
-from schedd.auth import ROLES, TokenStore, validate_new_token
+from schedd.auth import ROLES, AuditLog, TokenStore, validate_new_token
 from schedd.store import EtcdConfig, Keys, connect_etcd
 from schedd.v1 import auth_pb2
 
@@ -68,8 +69,19 @@ def create(
     async def make() -> tuple[auth_pb2.ApiToken, str]:
         kv = await connect_etcd(config)
         try:
-            now_ms = SystemClock().now_ms()
-            return await TokenStore(kv, keys).create(wanted, ttl_s * 1000, now_ms, "bootstrap")
+            clock = SystemClock()
+            made = await TokenStore(kv, keys).create(
+                wanted, ttl_s * 1000, clock.now_ms(), "bootstrap"
+            )
+            # In the audit trail like a token made through the API, by "bootstrap".
+            audit = AuditLog(kv, keys, f"cli@{socket.gethostname()}", clock, retention_ms=0)
+            await audit.record(
+                auth_pb2.AuditEntry(
+                    actor="bootstrap", role="etcd", tenant=made[0].tenant, method="CreateToken",
+                    target=f"{made[0].id} ({made[0].role})", peer="etcd", code="OK",
+                )
+            )  # fmt: skip
+            return made
         finally:
             await kv.close()
 

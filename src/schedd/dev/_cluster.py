@@ -32,6 +32,9 @@ schedd dev is running:
   metrics {metrics}
   dashboard {dashboard}
 
+For trying things on this machine only: no TLS, no tokens (anyone who can reach these
+ports may do anything), payloads unencrypted. A real cluster: docs/operations.md.
+
 Try, in another terminal (source .venv/bin/activate first):
   schedctl job create hello --schedule '*/5 * * * * *' --handler echo --payload '{{"msg": "hi"}}'
   schedctl job list
