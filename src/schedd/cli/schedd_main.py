@@ -359,9 +359,17 @@ def node(
     show_default=True,
     help="connect to every live node the given ones name (nodes that join later too)",
 )
+@click.option(
+    "--token",
+    envvar="SCHEDD_WORKER_TOKEN",
+    default=None,
+    help="worker token for clusters with auth on (prefer the env variable SCHEDD_WORKER_TOKEN:"
+    " a flag shows in the process list)",
+)
 @job_kind_options
 @metrics_option
 def worker(
+    token: str | None,
     connect: tuple[str, ...],
     queues: tuple[str, ...],
     imports: tuple[str, ...],
@@ -392,6 +400,7 @@ def worker(
             http=http,
             shell=shell,
             metrics_listen=metrics_listen,
+            token=token,
         )
     )
 

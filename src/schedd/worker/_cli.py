@@ -39,6 +39,7 @@ def run_worker_from_cli(
     http: HttpConfig | None = None,
     shell: ShellConfig | None = None,
     metrics_listen: str = "",
+    token: str | None = None,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
@@ -55,6 +56,7 @@ def run_worker_from_cli(
         http: Run HTTP jobs with this configuration (None: this worker does not run them).
         shell: Run shell jobs with this configuration (None: refused, never announced).
         metrics_listen: Serve Prometheus metrics at ``http://HOST:PORT/metrics`` ("": off).
+        token: The worker token streams open with (clusters with auth on).
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -70,6 +72,7 @@ def run_worker_from_cli(
             data_dir=Path(data_dir) if data_dir is not None else None,
             discover=discover,
             metrics_listen=metrics_listen,
+            token=token or None,
         )
         worker = Worker(config)
         # Every line this process logs names the worker (its id is known once it started).

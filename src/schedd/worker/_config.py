@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedd.worker._ledger import DEFAULT_TTL_S
@@ -66,6 +66,7 @@ class WorkerConfig:
     discovery_interval_s: float = 2.0
     forget_node_after_s: float = 30.0
     metrics_listen: str = ""
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Callers (and the keyword convenience of Worker) may pass a str, lists or a str path.
@@ -80,6 +81,10 @@ class WorkerConfig:
             raise ValueError("queues: give at least one queue")
         if self.metrics_listen and not self.metrics_listen.rpartition(":")[2].isdigit():
             raise ValueError(f"metrics_listen: give HOST:PORT, got {self.metrics_listen!r}")
+        if self.token is not None and (
+            not self.token.strip() or any(c.isspace() for c in self.token.strip())
+        ):
+            raise ValueError("token: one API token (sdt_...), without spaces")
         if self.capacity <= 0:
             raise ValueError(f"capacity: must be positive, got {self.capacity}")
         if self.prefetch < 0:

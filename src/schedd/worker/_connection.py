@@ -62,6 +62,10 @@ class StreamOwner(Protocol):
         """The worker's clock (ms since the epoch), to measure the node's against."""
         ...
 
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """Metadata every stream opens with (its token, on clusters with auth on)."""
+        ...
+
     def stream_opened(self, conn: NodeConnection) -> None:
         """``conn`` is live: it may be granted credits."""
 
@@ -360,7 +364,9 @@ class NodeConnection:
     async def _serve_once(self) -> bool:
         self._retry.clear()
         async with grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS) as channel:
-            call = worker_pb2_grpc.WorkerStub(channel).Connect()
+            call = worker_pb2_grpc.WorkerStub(channel).Connect(
+                metadata=self._owner.call_metadata() or None
+            )
             hello = self._owner.hello()
             self._worker_id = hello.worker_id
             await call.write(worker_pb2.WorkerMessage(hello=hello))

@@ -117,8 +117,13 @@ class StatusQuery:
     """Asks one node for the live members (``GetClusterStatus``), keeping a channel per
     address it asked (closed once the address is no longer a candidate)."""
 
-    def __init__(self, options: Sequence[tuple[str, object]] = ()) -> None:
+    def __init__(
+        self,
+        options: Sequence[tuple[str, object]] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self._options = list(options)
+        self._metadata = tuple(metadata) or None
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def __call__(self, address: str, timeout: float) -> dict[str, str]:
@@ -129,7 +134,9 @@ class StatusQuery:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         # local_only: the node's own membership view is all discovery needs; no fan-out.
         status = await stub.GetClusterStatus(
-            scheduler_pb2.GetClusterStatusRequest(local_only=True), timeout=timeout
+            scheduler_pb2.GetClusterStatusRequest(local_only=True),
+            timeout=timeout,
+            metadata=self._metadata,
         )
         return {n.node_id: n.address for n in status.nodes if n.address}
 

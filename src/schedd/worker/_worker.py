@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import schedd
 from schedd._clock import Clock, SystemClock
+from schedd._metadata import AUTHORIZATION
 from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.obs._prometheus import MetricsServer, PrometheusRecorder
 from schedd.v1 import worker_pb2
@@ -169,6 +170,11 @@ class Worker:
         """The registered handlers' names, sorted (what Hello tells the nodes)."""
         return sorted(self._handlers)
 
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The worker's token as call metadata (nothing without one)."""
+        token = self.config.token
+        return ((AUTHORIZATION, f"Bearer {token.strip()}"),) if token else ()
+
     def hello(self) -> worker_pb2.Hello:
         """What this worker tells a node when a stream opens: id, queues, what it runs."""
         return worker_pb2.Hello(
@@ -258,7 +264,7 @@ class Worker:
         for ep in cfg.endpoints:
             self._connect(ep)
         if cfg.discover:
-            self._status_query = StatusQuery(CHANNEL_OPTIONS)
+            self._status_query = StatusQuery(CHANNEL_OPTIONS, self.call_metadata())
             self._discovery = Discovery(
                 cfg.endpoints,
                 NodeDirectory(cfg.forget_node_after_s),
