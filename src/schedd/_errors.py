@@ -70,6 +70,25 @@ class StaleToken(FailedPrecondition):
         self.current = current
 
 
+class Undecryptable(FailedPrecondition):
+    """A stored value is encrypted and cannot be decrypted here.
+
+    ``key_id`` names the key it was encrypted with ("" when the value is not even a valid
+    envelope); ``what`` names the field (``job 'j1' job.payload``).
+    """
+
+    def __init__(self, what: str, key_id: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+        self.what = what
+        self.key_id = key_id
+        self.why = why
+
+
+class EncryptionKeyError(FailedPrecondition):
+    """This process's encryption keys do not fit the cluster's (a key in use is missing, or is
+    not the key the records were written with), or a keyring file cannot be used."""
+
+
 class Conflict(SchedError):
     """A compare failed (a concurrent writer): re-read and retry."""
 

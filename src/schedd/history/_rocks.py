@@ -17,7 +17,7 @@ its partitions moved the cluster-wide listing (``node/_views.py``) still finds i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import WriteBatch
@@ -48,12 +48,31 @@ def _j_key(ex: execution_pb2.Execution) -> bytes:
     return b"j/%s/%013d" % (ex.job_id.encode(), _inv(ex.scheduled_ms))
 
 
-class History:
-    """Append-mostly store of finished executions with a TTL."""
+def _serialize(ex: execution_pb2.Execution) -> bytes:
+    return ex.SerializeToString()
 
-    def __init__(self, path: Path, *, ttl_ms: int = 7 * 86_400_000) -> None:
+
+class History:
+    """Append-mostly store of finished executions with a TTL.
+
+    ``encode`` and ``decode`` turn an execution into its stored ``e/`` value and back (the
+    node's seal and open secret fields, see ``schedd.store.Sealer``; default: protobuf as it
+    is). Whatever they do, the stored value stays an Execution protobuf whose ids and times
+    read without them (indexes and pruning read it so).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        ttl_ms: int = 7 * 86_400_000,
+        encode: Callable[[execution_pb2.Execution], bytes] = _serialize,
+        decode: Callable[[bytes], execution_pb2.Execution] = execution_pb2.Execution.FromString,
+    ) -> None:
         self._db = open_rocksdb(path, "run history")
         self.ttl_ms = ttl_ms
+        self._encode = encode
+        self._decode = decode
         self._build_s_index()
 
     def close(self) -> None:
@@ -79,11 +98,11 @@ class History:
         (a stale entry goes alone when its time comes).
         """
         batch = WriteBatch(raw_mode=True)
-        put = batch.put
+        put, encode = batch.put, self._encode
         n = 0
         for ex in executions:
             eid = ex.id.encode()
-            put(b"e/" + eid, ex.SerializeToString())
+            put(b"e/" + eid, encode(ex))
             put(_j_key(ex), eid)
             put(_s_key(ex), b"")
             put(b"t/%013d/%s" % (ex.finished_ms, eid), b"")
@@ -93,7 +112,7 @@ class History:
 
     def get(self, execution_id: str) -> execution_pb2.Execution | None:
         raw = self._db.get(b"e/" + execution_id.encode())
-        return None if raw is None else execution_pb2.Execution.FromString(raw)
+        return None if raw is None else self._decode(raw)
 
     def _items(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Key and value of every key under ``prefix`` from ``start`` on, in key order."""

@@ -17,6 +17,8 @@ MAX_TEXT_BYTES = 200
 MAX_ATTEMPTS = 100
 #: Most labels on one job.
 MAX_LABELS = 64
+#: What an encrypted value starts with (``schedd.store._envelope.MAGIC``): no payload may.
+SEALED_PREFIX = b"\x00SDE"
 
 
 def _has_control(value: str) -> bool:
@@ -76,11 +78,14 @@ def check_non_negative(field: str, value: int) -> int:
 
 
 def check_payload(field: str, payload: bytes) -> bytes:
-    """Refuse a payload above :data:`MAX_PAYLOAD_BYTES`."""
+    """Refuse a payload above :data:`MAX_PAYLOAD_BYTES`, or one that would read as encrypted
+    (it starts with :data:`SEALED_PREFIX`, a NUL and ``SDE``)."""
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise InvalidArgument(
             field, f"is {len(payload)} bytes; at most {MAX_PAYLOAD_BYTES} bytes allowed"
         )
+    if payload[:4] == SEALED_PREFIX:
+        raise InvalidArgument(field, "must not start with the bytes \\x00SDE (encrypted values do)")
     return payload
 
 

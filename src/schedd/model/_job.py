@@ -164,9 +164,11 @@ def _check_shell(shell: job_pb2.ShellTarget) -> None:
     for arg in shell.argv:
         if "\0" in arg:
             raise InvalidArgument("job.shell.argv", "must not contain NUL")
-    for key in shell.env:
+    for key, value in shell.env.items():
         if not key or "=" in key or "\0" in key:
             raise InvalidArgument("job.shell.env", f"invalid variable name {key!r}")
+        if "\0" in value:  # no process could get it; and a NUL opens an encrypted value
+            raise InvalidArgument(f"job.shell.env[{key}]", "must not contain NUL")
 
 
 def _check_retry(retry: job_pb2.RetryPolicy) -> None:

@@ -8,7 +8,9 @@ Everything outside this package imports from here, never from its underscore mod
   :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests;
 - the layout: :class:`Keys` and the execution id helpers;
 - the schedd transactions on top: :class:`PartitionStore` (a partition owner's fenced
-  batches) and :class:`JobStore` (the client API's), with their records.
+  batches) and :class:`JobStore` (the client API's), with their records;
+- encryption at rest: the :class:`Sealer` both stores seal secret fields with, and the
+  :class:`Keyring` it uses.
 """
 
 from schedd.model import (
@@ -18,6 +20,7 @@ from schedd.model import (
     new_execution,
     parse_execution_id,
 )
+from schedd.store._envelope import EncryptionKey, Keyring
 from schedd.store._jobs import JobStore
 from schedd.store._keys import (
     DEFAULT_PREFIX,
@@ -37,6 +40,7 @@ from schedd.store._records import (
     decode_execution,
     encode_execution,
 )
+from schedd.store._sealing import Sealer
 from schedd.store._tenants import TenantStore, decode_limits, limits_by_tenant
 from schedd.store._types import (
     Fence,
@@ -59,6 +63,7 @@ __all__ = [
     "RUN",
     "Compare",
     "DueEntry",
+    "EncryptionKey",
     "EtcdConfig",
     "EtcdKV",
     "FaultPlan",
@@ -69,6 +74,7 @@ __all__ = [
     "JobView",
     "KeyValue",
     "KeyValueView",
+    "Keyring",
     "Keys",
     "MemoryKV",
     "MeteredKV",
@@ -78,6 +84,7 @@ __all__ = [
     "PartitionKeys",
     "PartitionStore",
     "RevisionCompacted",
+    "Sealer",
     "StoredJob",
     "TenantStore",
     "TxnRejected",

@@ -29,8 +29,8 @@ from schedd.store._records import (
     JobState,
     StoredJob,
     decode_execution,
-    encode_execution,
 )
+from schedd.store._sealing import Sealer
 from schedd.store._types import KeyValue, prefix_end
 from schedd.store.abc import KV, Compare, Op, OpBuilder
 from schedd.v1 import execution_pb2, job_pb2
@@ -85,14 +85,29 @@ def _notify(
 
 
 class JobStore:
-    """Jobs and executions as the client API sees them."""
+    """Jobs and executions as the client API sees them.
 
-    def __init__(self, kv: KV, keys: Keys, partitions: int, *, batch: int = 128) -> None:
+    Secret fields are sealed as they are written and opened as they are read, by ``sealer``
+    (default: no keyring, plaintext). A read of a value that does not open raises
+    :class:`~schedd._errors.Undecryptable`, except where only the record's metadata is needed
+    (delete): the API never returns a sealed value.
+    """
+
+    def __init__(
+        self,
+        kv: KV,
+        keys: Keys,
+        partitions: int,
+        *,
+        batch: int = 128,
+        sealer: Sealer | None = None,
+    ) -> None:
         self.kv = kv
         self.ops = kv.ops
         self.keys = keys
         self.partitions = partitions
         self.batch = batch
+        self.sealer = sealer or Sealer()
 
     def partition(self, job_id: str) -> int:
         return partition_of(job_id, self.partitions)
@@ -153,7 +168,7 @@ class JobStore:
             states.append(state)
             cmps = [o.cmp_create(k.job_key(job.id), 0)]
             ops = [
-                o.put(k.job_key(job.id), job.SerializeToString()),
+                o.put(k.job_key(job.id), self.sealer.job_value(job)),
                 o.put(k.state_key(job.id), state.encode()),
             ]
             if job.idempotency_key:
@@ -202,10 +217,12 @@ class JobStore:
 
     # -- read -----------------------------------------------------------------------------------
 
-    async def read(self, job_id: str) -> StoredJob:
+    async def read(self, job_id: str, *, opened: bool = True) -> StoredJob:
+        """The job's spec and cursor; ``opened=False``: its secrets as stored (sealed)."""
         k, o = self.keys, self.ops
         resp = await self.kv.txn([], [o.get(k.job_key(job_id)), o.get(k.state_key(job_id))])
-        stored = StoredJob.from_kvs(resp.kvs(0), resp.kvs(1))
+        read_job = self.sealer.read_job if opened else job_pb2.Job.FromString
+        stored = StoredJob.from_kvs(resp.kvs(0), resp.kvs(1), read_job)
         if stored is None:
             raise JobNotFound(job_id)
         return stored
@@ -234,6 +251,7 @@ class JobStore:
                 job = job_pb2.Job.FromString(kv.value)
                 job.version = kv.mod_revision
                 if (not tenant or job.tenant == tenant) and job.name.startswith(name_prefix):
+                    self.sealer.open_job(job)
                     found.append(job)
                     if len(found) == page_size:
                         more = more or kv is not kvs[-1]
@@ -260,10 +278,11 @@ class JobStore:
 
     # -- change ---------------------------------------------------------------------------------
 
-    async def _runs(self, job_id: str) -> list[execution_pb2.Execution]:
+    async def _runs(self, job_id: str, *, opened: bool = True) -> list[execution_pb2.Execution]:
         start = self.keys.runs_job_prefix(self.partition(job_id), job_id)
         kvs, _ = await self.kv.range_all(start, prefix_end(start))
-        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+        read = self.sealer.read_execution if opened else decode_execution
+        return [read(kv.value, kv.mod_revision) for kv in kvs]
 
     def _drop_future_runs(
         self, runs: Sequence[execution_pb2.Execution], now_ms: int, *, all_triggers: bool
@@ -321,7 +340,7 @@ class JobStore:
                     f"job {job_id!r} is at version {stored.spec_revision}, not {expected_version}"
                 )
             new = mutate(job_pb2.Job.FromString(stored.job.SerializeToString()))
-            runs = await self._runs(job_id)
+            runs = await self._runs(job_id, opened=False)
             result = await self._replace(stored, new, runs, now_ms)
             if result is not None:
                 return result
@@ -349,7 +368,7 @@ class JobStore:
         new_due = k.due_key(p, state.due_ms, job_id) if state.due_ms else None
         ops += [o.delete(key) for key in due_keys if key != new_due]
         ops += [
-            o.put(k.job_key(job_id), new.SerializeToString()),
+            o.put(k.job_key(job_id), self.sealer.job_value(new)),
             o.put(k.state_key(job_id), state.encode()),
         ]
         if new_due is not None:
@@ -373,8 +392,9 @@ class JobStore:
         """Deletes the job and its not-yet-due executions; returns how many were removed."""
         k, o = self.keys, self.ops
         for _ in range(8):
-            stored = await self.read(job_id)
-            runs = await self._runs(job_id)
+            # Only revisions and keys are needed: a job whose secrets do not open here goes too.
+            stored = await self.read(job_id, opened=False)
+            runs = await self._runs(job_id, opened=False)
             p = self.partition(job_id)
             cmps, ops, due_keys, count = self._drop_future_runs(runs, now_ms, all_triggers=True)
             ops += [o.delete(key) for key in due_keys]
@@ -425,7 +445,7 @@ class JobStore:
                             o.cmp_create(k.due_key(p, ex.due_ms, job.id), 0),
                         ],
                         [
-                            o.put(run_key, encode_execution(ex)),
+                            o.put(run_key, self.sealer.execution_value(ex)),
                             o.put(k.due_key(p, ex.due_ms, job.id), entry.encode()),
                         ],
                     )
@@ -461,7 +481,7 @@ class JobStore:
             kv = await self.kv.get(run_key)
             if kv is None:
                 return None
-            ex = decode_execution(kv.value, kv.mod_revision)
+            ex = self.sealer.read_execution(kv.value, kv.mod_revision)
             if ex.state == execution_pb2.EXECUTION_CANCELLED:
                 return ex
             ex.state = execution_pb2.EXECUTION_CANCELLED
@@ -469,7 +489,10 @@ class JobStore:
             ex.finished_ms = now_ms
             resp = await self.kv.txn(
                 [o.cmp_mod(run_key, kv.mod_revision)],
-                [o.put(run_key, encode_execution(ex)), *_notify(o, self.keys, {p: [job_id]})],
+                [
+                    o.put(run_key, self.sealer.execution_value(ex)),
+                    *_notify(o, self.keys, {p: [job_id]}),
+                ],
             )
             if resp.succeeded:
                 ex.fencing_token = resp.revision
@@ -479,14 +502,14 @@ class JobStore:
     async def get_live_execution(self, execution_id: str) -> execution_pb2.Execution | None:
         job_id, sched = parse_execution_id(execution_id)
         kv = await self.kv.get(self.keys.run_key(self.partition(job_id), job_id, sched))
-        return decode_execution(kv.value, kv.mod_revision) if kv else None
+        return self.sealer.read_execution(kv.value, kv.mod_revision) if kv else None
 
     async def list_live(self, job_id: str = "") -> list[execution_pb2.Execution]:
         if job_id:
             return await self._runs(job_id)
         start = self.keys.runs_all_prefix()
         kvs, _ = await self.kv.range_all(start, prefix_end(start))
-        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+        return [self.sealer.read_execution(kv.value, kv.mod_revision) for kv in kvs]
 
     # -- dead letters -----------------------------------------------------------------------------
 
@@ -498,10 +521,10 @@ class JobStore:
 
     async def list_dead(self, tenant: str = "", job_id: str = "") -> list[execution_pb2.Execution]:
         if job_id and not tenant:
-            tenant = (await self.get_job(job_id)).tenant
+            tenant = await self._tenant_of(job_id)
         start = self.keys.dlq_prefix(tenant or None, job_id or None)
         kvs, _ = await self.kv.range_all(start, prefix_end(start))
-        return [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
+        return [self.sealer.read_execution(kv.value, kv.mod_revision) for kv in kvs]
 
     async def redrive(
         self, dead: Sequence[execution_pb2.Execution], now_ms: int
@@ -530,7 +553,7 @@ class JobStore:
                 [o.cmp_mod(dlq_key, ex.fencing_token), o.cmp_create(run_key, 0)],
                 [
                     o.delete(dlq_key),
-                    o.put(run_key, encode_execution(live)),
+                    o.put(run_key, self.sealer.execution_value(live)),
                     o.put(k.due_key(p, live.due_ms, ex.job_id), entry.encode()),
                     *_notify(o, k, {p: [ex.job_id]}),
                 ],
@@ -544,12 +567,16 @@ class JobStore:
     async def get_dead(self, execution_id: str) -> execution_pb2.Execution:
         job_id, sched = parse_execution_id(execution_id)
         for kv in await self._dlq_candidates(job_id, sched):
-            return decode_execution(kv.value, kv.mod_revision)
+            return self.sealer.read_execution(kv.value, kv.mod_revision)
         raise ExecutionNotFound(execution_id)
+
+    async def _tenant_of(self, job_id: str) -> str:
+        # Only the tenant: a job whose secrets do not open here still lists its dead letters.
+        return (await self.read(job_id, opened=False)).job.tenant
 
     async def _dlq_candidates(self, job_id: str, sched: int) -> list[KeyValue]:
         try:
-            tenant = (await self.get_job(job_id)).tenant
+            tenant = await self._tenant_of(job_id)
         except JobNotFound:
             start = self.keys.dlq_prefix()
             kvs, _ = await self.kv.range_all(start, prefix_end(start))

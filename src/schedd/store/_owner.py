@@ -23,9 +23,8 @@ from schedd.store._records import (
     DueEntry,
     JobState,
     StoredJob,
-    decode_execution,
-    encode_execution,
 )
+from schedd.store._sealing import Sealer
 from schedd.store._types import Fence, KeyValue, prefix_end
 from schedd.store.abc import KV, KeyValueView, TxnResult
 from schedd.v1 import execution_pb2
@@ -46,7 +45,13 @@ class JobView:
 
 
 class PartitionStore:
-    """Reads and fenced writes of one owned partition."""
+    """Reads and fenced writes of one owned partition.
+
+    Secret fields are sealed as they are written and opened as they are read, by ``sealer``
+    (default: no keyring, plaintext). Reads are lenient: a value that does not open stays
+    sealed (counted by the sealer), so one bad record does not stop the partition; the firer
+    refuses to dispatch it (see :meth:`Sealer.reopen`).
+    """
 
     def __init__(
         self,
@@ -56,8 +61,13 @@ class PartitionStore:
         *,
         max_items: int = 128,
         write_gate: asyncio.Semaphore | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.kv = kv
+        self.sealer = sealer = sealer or Sealer()
+        self._encode_execution = sealer.execution_value
+        self._read_execution = sealer.read_execution_lenient
+        self._read_job = sealer.read_job_lenient
         # Shared by a node's partitions: the fenced write transactions it has in flight at
         # once (None: no bound). See NodeConfig.max_write_txns.
         self._write_gate: contextlib.AbstractAsyncContextManager[object] = (
@@ -100,18 +110,22 @@ class PartitionStore:
         ckpts, _ = await self.kv.range_all(cstart, prefix_end(cstart))
         return self._with_checkpoints(kvs, ckpts, len(start), len(cstart))
 
-    @staticmethod
     def _with_checkpoints(
-        runs: Sequence[KeyValueView], ckpts: Sequence[KeyValueView], run_pfx: int, ckpt_pfx: int
+        self,
+        runs: Sequence[KeyValueView],
+        ckpts: Sequence[KeyValueView],
+        run_pfx: int,
+        ckpt_pfx: int,
     ) -> list[execution_pb2.Execution]:
         """Decoded runs; a ``ckpt/`` key written after its run key replaces its checkpoint."""
         saved = {kv.key[ckpt_pfx:]: kv for kv in ckpts}
         out = []
+        read, read_checkpoint = self._read_execution, self.sealer.read_checkpoint_lenient
         for kv in runs:
-            ex = decode_execution(kv.value, kv.mod_revision)
+            ex = read(kv.value, kv.mod_revision)
             ck = saved.get(kv.key[run_pfx:])
             if ck is not None and ck.mod_revision > kv.mod_revision:
-                ex.checkpoint = ck.value
+                ex.checkpoint = read_checkpoint(ck.value, ex.job_id, ex.scheduled_ms)
             out.append(ex)
         return out
 
@@ -128,7 +142,7 @@ class PartitionStore:
                 ops += [self._get(self._job_key(jid)), self._get(self._state_key(jid))]
             resp = await self.kv.txn((), ops)
             for n, job_id in enumerate(chunk):
-                stored = StoredJob.from_kvs(resp.kvs(2 * n), resp.kvs(2 * n + 1))
+                stored = StoredJob.from_kvs(resp.kvs(2 * n), resp.kvs(2 * n + 1), self._read_job)
                 if stored is not None:
                     out[job_id] = stored
         return out
@@ -162,7 +176,7 @@ class PartitionStore:
         return views
 
     def _view(self, job_id: str, resp: TxnResult, at: int) -> JobView:
-        cached = StoredJob.from_kvs(resp.kvs(at), resp.kvs(at + 1))
+        cached = StoredJob.from_kvs(resp.kvs(at), resp.kvs(at + 1), self._read_job)
         runs_pfx = len(self.keys.runs_prefix(self.partition))
         ckpt_pfx = len(self.keys.ckpt_prefix(self.partition))
         runs = self._with_checkpoints(resp.kvs(at + 2), resp.kvs(at + 3), runs_pfx, ckpt_pfx)
@@ -190,7 +204,7 @@ class PartitionStore:
         out: dict[tuple[str, int], execution_pb2.Execution] = {}
         for kv in await self.kv.get_many(keys, per_txn=self.max_items):
             if kv is not None:
-                ex = decode_execution(kv.value, kv.mod_revision)
+                ex = self._read_execution(kv.value, kv.mod_revision)
                 out[(ex.job_id, ex.scheduled_ms)] = ex
         return out
 
@@ -247,7 +261,7 @@ class PartitionStore:
         jid = entry.job_id.encode()
         due_key = self._due_key(entry.due_ms, jid)
         state_key = self._state_pfx + jid
-        cmp_mod, put = self._cmp_mod, self._put
+        cmp_mod, put, encode = self._cmp_mod, self._put, self._encode_execution
         compares = [
             cmp_mod(self._job_pfx + jid, cached.spec_revision),
             cmp_mod(state_key, cached.state_revision),
@@ -257,7 +271,7 @@ class PartitionStore:
         for ex in executions:
             run_key = self._run_key(jid, ex.scheduled_ms)
             compares.append(self._cmp_create(run_key, 0))
-            ops.append(put(run_key, encode_execution(ex)))
+            ops.append(put(run_key, encode(ex)))
         if next_state.due_ms:
             value = DueEntry.encode_value(FIRE, next_state.next_fire_ms)
             ops.append(put(self._due_key(next_state.due_ms, jid), value))
@@ -306,7 +320,7 @@ class PartitionStore:
         jid = execution.job_id.encode()
         run_key = self._run_key(jid, execution.scheduled_ms)
         compares = [self._cmp_mod(run_key, execution.fencing_token)]
-        ops = [self._put(run_key, encode_execution(execution))]
+        ops = [self._put(run_key, self._encode_execution(execution))]
         if consume is not None:
             due_key = self._due_key(consume.due_ms, jid)
             compares.append(self._cmp_mod(due_key, consume.mod_revision))
@@ -324,7 +338,7 @@ class PartitionStore:
         return Item(
             self._txn(
                 [self._cmp_mod(run_key, execution.fencing_token)],
-                [self._put(self._ckpt_key(execution), execution.checkpoint)],
+                [self._put(self._ckpt_key(execution), self.sealer.checkpoint_value(execution))],
             )
         )
 
@@ -347,5 +361,5 @@ class PartitionStore:
             ops.append(self._delete(self._ckpt_key(execution)))
         if dead_record is not None:
             dlq = self.keys.dlq_key(execution.tenant, execution.job_id, execution.scheduled_ms)
-            ops.append(self._put(dlq, encode_execution(dead_record)))
+            ops.append(self._put(dlq, self._encode_execution(dead_record)))
         return Item(self._txn([self._cmp_mod(run_key, execution.fencing_token)], ops))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from schedd.store.abc import KeyValueView
@@ -80,18 +80,25 @@ class StoredJob:
     state_revision: int
 
     @staticmethod
-    def from_kvs(spec: Sequence[KeyValueView], state: Sequence[KeyValueView]) -> StoredJob | None:
-        """From the range results of ``jobs/{id}`` and ``state/{id}``; None when no spec."""
+    def from_kvs(
+        spec: Sequence[KeyValueView],
+        state: Sequence[KeyValueView],
+        read_job: Callable[[bytes], job_pb2.Job] = job_pb2.Job.FromString,
+    ) -> StoredJob | None:
+        """From the range results of ``jobs/{id}`` and ``state/{id}``; None when no spec.
+
+        ``read_job`` decodes the spec (a :class:`~._sealing.Sealer`'s, which opens secrets).
+        """
         if not spec:
             return None
         if state:
             return StoredJob(
-                job_pb2.Job.FromString(spec[0].value),
+                read_job(spec[0].value),
                 spec[0].mod_revision,
                 JobState.decode(state[0].value),
                 state[0].mod_revision,
             )
-        return StoredJob(job_pb2.Job.FromString(spec[0].value), spec[0].mod_revision, JobState(), 0)
+        return StoredJob(read_job(spec[0].value), spec[0].mod_revision, JobState(), 0)
 
 
 def encode_execution(execution: execution_pb2.Execution) -> bytes:
