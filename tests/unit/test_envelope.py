@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from schedd._errors import EncryptionKeyError, InvalidArgument, Undecryptable
+from schedd.cli.schedd_main import main
 from schedd.model._fields import SEALED_PREFIX, check_payload
 from schedd.store import EncryptionKey, Keyring, Sealer
 from schedd.store._envelope import MAGIC, is_sealed, key_id_of
@@ -166,3 +169,28 @@ def test_a_key_added_to_the_file_is_read_when_first_needed(tmp_path: Path) -> No
     sealed3 = Keyring([EncryptionKey("k3", bytes(32))]).seal(b"x", CTX)
     with pytest.raises(Undecryptable, match="'k3'"):  # not in the file: and not re-read at once
         ring.open(sealed3, CTX, "payload")
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+def test_keys_generate_appends_keys_the_keyring_reads(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    runner = CliRunner()
+    printed = runner.invoke(main, ["keys", "generate", "--id", "solo"])
+    assert printed.exit_code == 0 and printed.output.startswith("solo ")
+    for key_id in ("a", "b"):
+        result = runner.invoke(main, ["keys", "generate", "--id", key_id, "--append", str(path)])
+        assert result.exit_code == 0, result.output
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    ring = Keyring.from_file(path)
+    assert ring.ids() == ["a", "b"] and ring.active.key_id == "b"
+    again = runner.invoke(main, ["keys", "generate", "--id", "a", "--append", str(path)])
+    assert again.exit_code == 2 and "has a key 'a' already" in again.output
+
+
+def test_a_bad_keyring_is_one_error_naming_the_flag(tmp_path: Path) -> None:
+    path = _write(tmp_path / "keys", "k1 AAAA\n")
+    result = CliRunner().invoke(main, ["node", "--encryption-keys", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--encryption-keys" in result.output and "key 'k1': 3 bytes, not 32" in result.output

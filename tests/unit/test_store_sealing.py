@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from schedd._clock import ManualClock
-from schedd._errors import Undecryptable
+from schedd._errors import EncryptionKeyError, Undecryptable
 from schedd.history import History
 from schedd.model import validate_new_job
 from schedd.store import (
@@ -22,7 +22,10 @@ from schedd.store import (
     MemoryKV,
     PartitionStore,
     Sealer,
+    check_keyring,
     prefix_end,
+    prepare_keyring,
+    read_keys_in_use,
 )
 from schedd.store._envelope import key_id_of
 from schedd.v1 import execution_pb2, job_pb2
@@ -167,3 +170,20 @@ async def test_run_history_keeps_secrets_sealed(tmp_path: Path) -> None:
     got = history.get(ex.id)
     assert got is not None and got.result == b"" and got.fencing_token == 7  # never ciphertext
     history.close()
+
+
+async def test_keys_in_use_check_at_start() -> None:
+    kv, keys = _store()
+    assert (await prepare_keyring(kv, keys, None)).ids() == []  # not in use: nothing written
+    assert await kv.get(keys.encryption_key()) is None
+    assert (await prepare_keyring(kv, keys, Keyring([K1]))).ids() == ["k1"]
+    in_use = await read_keys_in_use(kv, keys)
+    with pytest.raises(EncryptionKeyError, match=r"encrypted \(key 'k1'\) and no keyring was"):
+        check_keyring(in_use, None)
+    with pytest.raises(EncryptionKeyError, match="key 'k1', which is not in the keyring"):
+        check_keyring(in_use, Keyring([K2]))
+    with pytest.raises(EncryptionKeyError, match="key 'k1' in the keyring is not the key"):
+        check_keyring(in_use, Keyring([K1_OTHER]))
+    assert (await prepare_keyring(kv, keys, Keyring([K1, K2]))).ids() == ["k1", "k2"]
+    with pytest.raises(EncryptionKeyError, match="--encryption-keys FILE"):
+        await prepare_keyring(kv, keys, Keyring([K2]))  # k1 is still in use

@@ -18,6 +18,7 @@ from schedd._errors import SchedError
 from schedd._gc import tune_gc
 from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
 from schedd.cli._bootstrap import token_group
+from schedd.cli._keys import encryption_keys_option, keys, load_keyring
 from schedd.cli._kinds import job_kind_configs, job_kind_options
 
 #: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
@@ -235,6 +236,7 @@ def http_options(func: F | None = None, *, default: str = "") -> Any:
 )
 @metrics_option
 @http_options
+@encryption_keys_option
 def node(
     auth: bool,
     etcd_endpoints: str,
@@ -260,6 +262,7 @@ def node(
     etcd_cert: str | None,
     etcd_key: str | None,
     etcd_server_name: str | None,
+    encryption_keys: str | None,
 ) -> None:
     """Run a scheduler node."""
     from schedd.node import Node, NodeConfig
@@ -311,6 +314,7 @@ def node(
         history_ttl_ms=history_ttl_s * 1000,
         history_prune_interval_s=history_prune_interval_s,
         peer_timeout_ms=peer_timeout_ms,
+        keyring=load_keyring(encryption_keys),
     )
 
     async def run() -> None:
@@ -444,6 +448,7 @@ def dev(
 
 
 main.add_command(token_group)
+main.add_command(keys)
 
 if __name__ == "__main__":
     main()

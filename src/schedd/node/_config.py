@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedd.store import DEFAULT_PREFIX, EtcdConfig
+from schedd.store import DEFAULT_PREFIX, EtcdConfig, Keyring
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,10 @@ class NodeConfig:
             the answer's ``missing_nodes``.
         stop_timeout_s: how long a graceful stop may spend releasing partitions.
         server_grace_s: how long a graceful stop lets the gRPC server finish its calls.
+        keyring: the keys that encrypt payloads, checkpoints, HTTP header and shell env values
+            in etcd and the run history (``--encryption-keys``; the last key encrypts new
+            values). None: they are written in plaintext, and the node refuses to start
+            in a cluster whose records are encrypted (docs/operations.md).
     """
 
     node_id: str
@@ -111,3 +115,4 @@ class NodeConfig:
     peer_timeout_ms: int = 2_000
     stop_timeout_s: float = 10.0
     server_grace_s: float = 5.0
+    keyring: Keyring | None = None

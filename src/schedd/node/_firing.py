@@ -19,8 +19,10 @@ from schedd._errors import FencedOut, SchedError
 from schedd.history import History
 from schedd.node._config import NodeConfig
 from schedd.node._live import Live, RunningIndex
+from schedd.node._sealed import refusal, split_sealed
 from schedd.node._tenants import Admitted, TenantLimiter
 from schedd.obs import MetricsRecorder
+from schedd.store import Sealer
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 if TYPE_CHECKING:
@@ -68,6 +70,9 @@ class Firer:
         self._drain_queued = False
         #: Where fires are reported (metrics); None: nowhere, at no cost.
         self.recorder: MetricsRecorder | None = None
+        #: The partitions' sealer, attached by the node: while it counts values it could not
+        #: decrypt, what would carry one is refused instead of dispatched (None: never).
+        self.sealer: Sealer | None = None
 
     def dispatch_backlogged(self) -> bool:
         """The dispatch queue holds ``max_dispatch_backlog`` executions or more: partitions
@@ -113,8 +118,12 @@ class Firer:
         now = self.clock.now_ms()
         horizon = now + self.config.hold_ms + _PROBE_MARGIN_MS
         probe: list[Live] = []
+        sealed = self._sealed_in_memory()
         for ex in runs:
             live = partition.live[ex.id] = Live(ex)
+            if sealed and self._split_sealed(partition, [live])[1]:
+                partition.arm_at(live, now)  # refused when it fires: never sent, not even probed
+                continue
             fire_ms = self.prepare(partition, live)
             if self.dispatcher is not None and ex.due_ms <= horizon:
                 probe.append(live)
@@ -193,6 +202,10 @@ class Firer:
     async def _fire(self, partition: Partition, lives: list[Live], stale: bool = False) -> None:
         lives = await self._take_slice(partition, lives, stale)
         now = self.clock.now_ms()
+        if self._sealed_in_memory():
+            lives, refused = self._split_sealed(partition, lives)
+            if refused:
+                await self._refuse(partition, refused, now)
         if self.tenants:
             lives = self._gate(partition, lives, now)
         send: list[Live] = []
@@ -286,6 +299,10 @@ class Firer:
         """Hands these out now (or holds those before their instant on a worker)."""
         if not lives or self.dispatcher is None:
             return
+        if self._sealed_in_memory():
+            lives, refused = self._split_sealed(partition, lives)
+            for live, _ in refused:  # the wheel fires them at once, and _fire refuses them
+                partition.arm_at(live, now)
         out = []
         early: list[Live] = []
         running, add = self.running.by_job, self.running.add
@@ -396,6 +413,50 @@ class Firer:
             partition.doubt(f.job_id for f in finals)
             return
         self.history.record([f for f, good in zip(finals, ok, strict=True) if good])
+        partition.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
+
+    def _sealed_in_memory(self) -> bool:
+        """Whether a read left a value encrypted (it could not decrypt it): from then on,
+        every dispatch is checked (see :meth:`_split_sealed`); until then, none needs to be."""
+        return self.sealer is not None and self.sealer.failures > 0
+
+    def _split_sealed(
+        self, partition: Partition, lives: Sequence[Live]
+    ) -> tuple[list[Live], list[tuple[Live, str]]]:
+        assert self.sealer is not None
+        return split_sealed(self.sealer, partition.jobs, lives)
+
+    async def _refuse(
+        self, partition: Partition, refused: Sequence[tuple[Live, str]], now: int
+    ) -> None:
+        """Ends executions a value of which does not decrypt here as dead letters, never
+        sent to a worker (see :mod:`._sealed`)."""
+        items, finals = [], []
+        for live, problem in refused:
+            partition.live.pop(live.ex.id, None)
+            self._ended(live.ex.id)
+            self.running.discard(live.ex.job_id, live.ex.id)
+            dead = refusal(live.ex, problem, now)
+            items.append(partition.store.finish_run(live.ex, dead_record=dead))
+            finals.append(dead)
+            log.error(
+                "execution %s is a dead letter, not dispatched: %s", live.ex.id, problem,
+                extra={**partition.log_fields, "job": live.ex.job_id, "execution": live.ex.id},
+            )  # fmt: skip
+        try:
+            ok, _ = await partition.store.apply(items)
+        except FencedOut as exc:
+            partition.fenced_out(exc)
+            return
+        except SchedError as exc:
+            log.warning("partition %d: recording refusals failed: %s", partition.partition, exc)
+            partition.doubt(f.job_id for f in finals)
+            return
+        done = [f for f, good in zip(finals, ok, strict=True) if good]
+        self.history.record(done)
+        if self.recorder is not None:
+            for _ in done:
+                self.recorder.dead_lettered()
         partition.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
 
     def _cancel_dispatch(self, live: Live, reason: str) -> None:

@@ -24,7 +24,7 @@ import grpc
 from grpc_reflection.v1alpha import reflection
 
 from schedd._clock import Clock, SystemClock
-from schedd._errors import SchedError, Unavailable
+from schedd._errors import EncryptionKeyError, SchedError, Unavailable
 from schedd._supervise import supervised
 from schedd.auth import (
     PEER_METADATA,
@@ -71,10 +71,12 @@ from schedd.store import (
     Keys,
     MeteredKV,
     PartitionStore,
+    Sealer,
     connect_etcd,
     limits_by_tenant,
     parse_execution_id,
     partition_of,
+    prepare_keyring,
 )
 from schedd.v1 import (
     auth_pb2,
@@ -142,6 +144,8 @@ class Node:
         self.token_registry: TokenRegistry | None = None
         self.peer_secret: str | None = None
         self.health = Health()
+        #: Seals and opens secret fields of everything this node stores (see store.Sealer).
+        self.sealer = Sealer(config.keyring)
 
     # -- start / stop ----------------------------------------------------------------------
 
@@ -149,12 +153,18 @@ class Node:
         cfg = self.config
         # First: a data dir still held by another process (one still stopping) fails here,
         # with a clear FailedPrecondition, before anything touches the store.
-        self.history = History(cfg.data_dir / "history", ttl_ms=cfg.history_ttl_ms)
+        self.history = History(
+            cfg.data_dir / "history",
+            ttl_ms=cfg.history_ttl_ms,
+            encode=self.sealer.history_value,
+            decode=self.sealer.read_history,
+        )
         self.history.prune(self.clock.now_ms())
         self.kv: KV = self._given_kv or await connect_etcd(cfg.etcd)
         if self.metrics is not None:
             self.kv = MeteredKV(self.kv, self._store_request)
         meta = await init_cluster(self.kv, self.keys, cfg.partitions)
+        await self._check_keys()
         if meta.partitions != cfg.partitions:
             log.warning(
                 "cluster has %d partitions (fixed at init); using that", meta.partitions,
@@ -164,6 +174,7 @@ class Node:
         self.cluster_id = meta.cluster_id
         self.partitions = OwnedPartitions(cfg.partitions)
         self.firer = Firer(cfg, self.clock, self.history)
+        self.firer.sealer = self.sealer
         if self.metrics is not None:
             self.firer.recorder = self.recorder
         self.settler = Settler(
@@ -179,7 +190,9 @@ class Node:
         # Self-fencing: nothing is fired or handed out while the session may have expired.
         self.firer.may_act = self.dispatcher.may_dispatch = self._may_act
         self.dispatcher.live_until_ms = self._live_until_ms
-        self.jobs = JobStore(self.kv, self.keys, cfg.partitions, batch=cfg.txn_items)
+        self.jobs = JobStore(
+            self.kv, self.keys, cfg.partitions, batch=cfg.txn_items, sealer=self.sealer
+        )
         self.fanout = Fanout(cfg.node_id, self._members, cfg.peer_timeout_ms / 1000)
         self.views = ClusterViews(self, self.fanout, self.jobs)
         self.audit = AuditLog(
@@ -267,6 +280,18 @@ class Node:
             except SchedError as exc:
                 log.info("audit prune failed (tried again later): %s", exc)
             await self.clock.sleep(max(60.0, self.config.history_prune_interval_s * 5))
+
+    async def _check_keys(self) -> None:
+        """Before anything is read or written: the node's keyring must open every record
+        (see ``store.prepare_keyring``). If not, the node does not start: it closes what it
+        opened and raises the one-line EncryptionKeyError."""
+        try:
+            await prepare_keyring(self.kv, self.keys, self.config.keyring)
+        except EncryptionKeyError:
+            if self._given_kv is None:
+                await self.kv.close()
+            self.history.close()
+            raise
 
     async def _watch_tenants(self) -> None:
         """Mirrors the tenants' limits into the firer's limiter; this node enforces the share
@@ -462,6 +487,7 @@ class Node:
             fence,
             max_items=self.config.txn_items,
             write_gate=self._write_gate,
+            sealer=self.sealer,
         )
         part = Partition(
             store, self.config, self.clock, self.history, self.firer, self, recorder=self.recorder

@@ -9,8 +9,9 @@ Everything outside this package imports from here, never from its underscore mod
 - the layout: :class:`Keys` and the execution id helpers;
 - the schedd transactions on top: :class:`PartitionStore` (a partition owner's fenced
   batches) and :class:`JobStore` (the client API's), with their records;
-- encryption at rest: the :class:`Sealer` both stores seal secret fields with, and the
-  :class:`Keyring` it uses.
+- encryption at rest: the :class:`Sealer` both stores seal secret fields with, the
+  :class:`Keyring` it uses, the cluster's record of keys in use (:func:`prepare_keyring`,
+  checked by every node at start).
 """
 
 from schedd.model import (
@@ -27,6 +28,12 @@ from schedd.store._keys import (
     Keys,
     PartitionKeys,
     partition_of,
+)
+from schedd.store._keys_in_use import (
+    KeysInUse,
+    check_keyring,
+    prepare_keyring,
+    read_keys_in_use,
 )
 from schedd.store._metered import MeteredKV
 from schedd.store._notify import NOTIFY_MAX_IDS, Notice
@@ -76,6 +83,7 @@ __all__ = [
     "KeyValueView",
     "Keyring",
     "Keys",
+    "KeysInUse",
     "MemoryKV",
     "MeteredKV",
     "Notice",
@@ -92,6 +100,7 @@ __all__ = [
     "WatchBatch",
     "WatchCompacted",
     "WatchEvent",
+    "check_keyring",
     "connect_etcd",
     "decode_execution",
     "decode_limits",
@@ -104,4 +113,6 @@ __all__ = [
     "parse_execution_id",
     "partition_of",
     "prefix_end",
+    "prepare_keyring",
+    "read_keys_in_use",
 ]

@@ -3,6 +3,7 @@
 Every key lives under a configurable prefix (default ``/schedd/v1/``)::
 
     meta/cluster                      partition count, format version (written once)
+    meta/encryption                   encryption key ids in use, a canary per key (JSON)
     nodes/{node}                      NodeInfo JSON, attached to the node's session lease
     owners/{p:04d}                    owning node id, attached to its lease; create_revision = epoch
     jobs/{job}                        Job protobuf: the spec, written only by the client API
@@ -47,6 +48,11 @@ class Keys:
     # -- cluster, nodes, owners ---------------------------------------------------------------
     def meta_key(self) -> bytes:
         return self.prefix + b"meta/cluster"
+
+    def encryption_key(self) -> bytes:
+        """``meta/encryption``: the ids of the keys records are encrypted with, and a canary
+        per key (see ``store/_keys_in_use.py``)."""
+        return self.prefix + b"meta/encryption"
 
     def nodes_prefix(self) -> bytes:
         return self.prefix + b"nodes/"
