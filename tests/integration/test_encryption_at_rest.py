@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from jobs.conftest import Target
 
-from integration.cluster_harness import SUCCEEDED, Harness, eventually
+from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
 from schedd.dev import free_port
 from schedd.store import (
     EncryptionKey,
@@ -25,7 +25,9 @@ from schedd.store import (
     Keys,
     prefix_end,
     prepare_keyring,
+    read_keys_in_use,
 )
+from schedd.store._envelope import key_id_of
 from schedd.v1 import execution_pb2, job_pb2
 from schedd.worker._http import HttpExecutor
 from schedd.worker._shell import ShellConfig, ShellExecutor
@@ -186,3 +188,47 @@ async def test_schedd_node_without_the_key_refuses_to_start(
     )
     assert "Traceback" not in none_out + wrong_out
     assert not await etcd.get(Keys(etcd_prefix).owner_key(0))  # it owned nothing
+
+
+async def test_rekey_moves_every_record_to_the_new_key(
+    h: Harness, etcd: EtcdKV, tmp_path: Path
+) -> None:
+    path = keyring_file(tmp_path / "keys", K1)
+    await h.start_node(keyring=Keyring.from_file(path))
+    await h.start_worker()
+    client = await h.connect()
+    job = (await client.create_job("t", schedule="@every 1s", handler="echo", payload=PAYLOAD)).job
+    parked = (await client.create_job("p", schedule="@every 1h", handler="echo", payload=CKPT)).job
+    await eventually(lambda: h.runs(job.id), lambda rs: any(r.state == SUCCEEDED for r in rs))
+
+    def key_ids(values: dict[bytes, bytes]) -> set[str]:
+        jobs = [v for k, v in values.items() if k.startswith(h.prefix + b"jobs/")]
+        return {key_id_of(job_pb2.Job.FromString(v).payload) for v in jobs}
+
+    assert key_ids(await stored(etcd, h.prefix)) == {"k1"}
+    # Rotation: the new key goes last in the file, the node restarts with it, then rekey.
+    keyring_file(path, K1, K2)
+    address = h.nodes[0].address  # the worker and the client come back to it
+    await restart_node(h, 0, listen=address, keyring=Keyring.from_file(path))
+    proc = await asyncio.create_subprocess_exec(
+        *SCHEDD, "keys", "rekey", "--etcd", h.endpoint, "--prefix", h.prefix.decode(),
+        "--encryption-keys", str(path), stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    summary = err.decode().strip().splitlines()[-1]
+    assert proc.returncode == 0, err.decode()
+    assert summary.startswith("rekey: ") and "keys no longer in use: k1" in summary, summary
+    values = await stored(etcd, h.prefix)
+    assert key_ids(values) == {"k2"} and leaks(values) == []
+    assert (await read_keys_in_use(etcd, Keys(h.prefix))).ids() == ["k2"]
+    # k1 may leave the file now: a node with k2 alone starts and runs everything.
+    keyring_file(path, K2)
+    node = await restart_node(h, 0, listen=address, keyring=Keyring.from_file(path))
+    since = node.clock.now_ms()
+    await eventually(
+        lambda: h.runs(job.id),
+        lambda rs: any(r.state == SUCCEEDED and r.scheduled_ms > since for r in rs),
+        what="a fire after the restart",
+    )
+    assert (await client.get_job(parked.id)).payload == f'"{CKPT}"'.encode()
+    assert [c for c in h.calls["echo"] if c[0].startswith(job.id)]

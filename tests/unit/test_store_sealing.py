@@ -4,6 +4,7 @@ cluster's record of keys in use; and rekey (store/_sealing.py, _keys_in_use.py, 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from schedd._errors import EncryptionKeyError, Undecryptable
 from schedd.history import History
 from schedd.model import validate_new_job
 from schedd.store import (
+    RUN,
     EncryptionKey,
     Fence,
     JobStore,
@@ -26,6 +28,7 @@ from schedd.store import (
     prefix_end,
     prepare_keyring,
     read_keys_in_use,
+    rekey,
 )
 from schedd.store._envelope import key_id_of
 from schedd.v1 import execution_pb2, job_pb2
@@ -187,3 +190,74 @@ async def test_keys_in_use_check_at_start() -> None:
     assert (await prepare_keyring(kv, keys, Keyring([K1, K2]))).ids() == ["k1", "k2"]
     with pytest.raises(EncryptionKeyError, match="--encryption-keys FILE"):
         await prepare_keyring(kv, keys, Keyring([K2]))  # k1 is still in use
+
+
+class _RacingKV(MemoryKV):
+    """Runs ``race`` once, right after the next range read: a concurrent writer."""
+
+    race: Callable[[], Awaitable[None]] | None = None
+
+    async def range(self, *args: Any, **kwargs: Any) -> Any:
+        out = await super().range(*args, **kwargs)
+        race, self.race = self.race, None
+        if race is not None:
+            await race()
+        return out
+
+
+async def test_rekey_rewrites_under_the_new_key_and_forgets_the_old() -> None:
+    kv, keys = _RacingKV(clock=ManualClock(NOW)), Keys(b"/t/")
+    old = Sealer(Keyring([K1]))
+    await prepare_keyring(kv, keys, old.keyring)
+    jobs = JobStore(kv, keys, partitions=1, sealer=old)
+    await jobs.create_jobs(_jobs(), NOW)
+    await JobStore(kv, keys, partitions=1).create_jobs([_job("legacy")], NOW)  # plaintext
+    plain = await jobs.get_job("plain")
+    # A triggered run (waits on its r due entry), and a live one of a schedule fire (it
+    # may be on a worker: left), with a current checkpoint; and a superseded checkpoint.
+    [waiting] = await jobs.add_runs(
+        plain, [NOW - 5], execution_pb2.TRIGGER_MANUAL, NOW, payload_override=b"override-secret"
+    )
+    owner = keys.owner_key(0)
+    store = PartitionStore(kv, keys, Fence(0, owner, await kv.put(owner, b"n")), sealer=old)
+    live = execution_pb2.Execution(
+        id=f"plain@{NOW}", job_id="plain", scheduled_ms=NOW, due_ms=NOW, attempt=1,
+        state=execution_pb2.EXECUTION_PENDING, result=b"override-secret",
+    )  # fmt: skip
+    live.fencing_token = await kv.put(keys.run_key(0, "plain", NOW), old.execution_value(live))
+    live.checkpoint = b"ckpt-secret"
+    await store.apply([store.save_checkpoint(live)])
+    waiting.checkpoint = b"ckpt-secret"
+    await store.apply([store.save_checkpoint(waiting)])
+    await store.apply([store.rewrite_run(waiting)])  # the run key moves past its checkpoint
+    due = await kv.get(keys.due_key(0, waiting.due_ms, "plain"))
+    assert due is not None and due.value[:1] == RUN.encode()
+
+    def new_payload(job: job_pb2.Job) -> job_pb2.Job:
+        job.payload = b'{"token": "payload-secret", "v": 2}'
+        return job
+
+    async def concurrent_update() -> None:  # an old node changes a job mid-rekey
+        await jobs.update_job("cmd", new_payload, NOW)
+
+    kv.race = concurrent_update
+    new = Keyring([K1, K2])
+    summary = await rekey(kv, keys, new, 1)
+    assert (summary.left, summary.removed, summary.undecryptable, summary.failed) == (1, 1, 0, 0)
+    assert summary.retried >= 1 and summary.in_use == {"k1": 1} and summary.dropped == []
+    # 4 jobs (one of them plaintext), the waiting run, the live run's checkpoint.
+    assert (summary.read, summary.rewritten, summary.current) == (8, 6, 0), summary.line()
+    assert "still in use: k1: 1" in summary.line()
+    reader = JobStore(kv, keys, partitions=1, sealer=Sealer(Keyring([K2])))
+    assert (await reader.get_job("cmd")).payload.endswith(b'"v": 2}')  # the update survived
+    assert (await reader.get_job("legacy")).payload == plain.payload
+    assert (await reader.get_live_execution(waiting.id)).payload_override == b"override-secret"  # type: ignore[union-attr]
+    assert await kv.get(keys.ckpt_key(0, "plain", waiting.scheduled_ms)) is None  # superseded
+
+    await kv.delete(keys.run_key(0, "plain", NOW))  # the live one finished
+    await kv.delete(keys.ckpt_key(0, "plain", NOW))
+    again = await rekey(kv, keys, new, 1)
+    assert again.dropped == ["k1"] and again.rewritten == 0 and again.line()
+    assert (await read_keys_in_use(kv, keys)).ids() == ["k2"]
+    check_keyring(await read_keys_in_use(kv, keys), Keyring([K2]))  # k1 may go now
+    assert _leaks(await _values(kv, keys)) == []

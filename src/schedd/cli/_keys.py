@@ -1,9 +1,12 @@
 """Encryption at rest on the command line: ``--encryption-keys`` (the node's keyring), and
-``schedd keys generate`` (see docs/operations.md, "Encryption at rest")."""
+``schedd keys generate`` / ``schedd keys rekey`` (see docs/operations.md, "Encryption at
+rest")."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +17,13 @@ import click
 from schedd._errors import SchedError
 
 if TYPE_CHECKING:
-    from schedd.store import Keyring
+    from schedd.store import EtcdConfig, Keyring, RekeySummary
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``schedd keys rekey`` exits with this when a record is left under an old key.
+EXIT_LEFT = 3
+
 
 def encryption_keys_option(func: F) -> F:
     """``--encryption-keys FILE`` (``SCHEDD_ENCRYPTION_KEYS``): the keyring file."""
@@ -45,7 +52,7 @@ def load_keyring(path: str | None) -> Keyring | None:
 
 @click.group("keys")
 def keys() -> None:
-    """Encryption keys: make one."""
+    """Encryption keys: make one, re-encrypt every record with the newest."""
 
 
 @keys.command()
@@ -88,3 +95,94 @@ def generate(key_id: str | None, append_to: str | None) -> None:
             f.write("\n")
         f.write(key.line() + "\n")
     click.echo(f"key {key_id!r} added to {path}", err=True)
+
+
+@keys.command()
+@click.option(
+    "--etcd",
+    "etcd_endpoints",
+    envvar="SCHEDD_ETCD",
+    default="127.0.0.1:2379",
+    show_default=True,
+    help="etcd endpoints, HOST:PORT[,...]",
+)
+@click.option("--prefix", envvar="SCHEDD_ETCD_PREFIX", default="/schedd/v1/", show_default=True)
+@click.option(
+    "--encryption-keys",
+    envvar="SCHEDD_ENCRYPTION_KEYS",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="keyring file: every key in use, the newest last (it encrypts)",
+)
+@click.option("--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False))
+@click.option(
+    "--etcd-cert", envvar="SCHEDD_ETCD_CERT", default=None, type=click.Path(dir_okay=False)
+)
+@click.option("--etcd-key", envvar="SCHEDD_ETCD_KEY", default=None, type=click.Path(dir_okay=False))
+@click.option("--etcd-server-name", envvar="SCHEDD_ETCD_SERVER_NAME", default=None)
+def rekey(
+    etcd_endpoints: str,
+    prefix: str,
+    encryption_keys: str,
+    etcd_ca: str | None,
+    etcd_cert: str | None,
+    etcd_key: str | None,
+    etcd_server_name: str | None,
+) -> None:
+    """Re-encrypt every record with the newest key of the keyring (and encrypt those written
+    in plaintext), then forget the keys no record uses. Safe while nodes run: each record is
+    compared on its revision, and retried when it changed meanwhile. Run it once every node
+    writes with the newest key. Exit status 3: some records still use an older key (live
+    executions; run it again once they finish)."""
+    from schedd.store import EtcdConfig
+
+    keyring = load_keyring(encryption_keys)
+    assert keyring is not None
+    try:
+        etcd = EtcdConfig(
+            endpoints=EtcdConfig.parse_endpoints(etcd_endpoints),
+            ca_file=etcd_ca,
+            cert_file=etcd_cert,
+            key_file=etcd_key,
+            server_name=etcd_server_name,
+        )
+    except ValueError as exc:
+        message = str(exc)
+        for name in ("ca_file", "cert_file", "key_file", "server_name"):
+            message = message.replace(
+                name, "--etcd-" + name.removesuffix("_file").replace("_", "-")
+            )
+        raise click.BadParameter(message) from exc
+    key_prefix = (prefix if prefix.endswith("/") else prefix + "/").encode()
+    try:
+        summary = asyncio.run(_rekey(etcd, key_prefix, keyring))
+    except SchedError as exc:
+        click.echo(f"schedd keys rekey: {exc}", err=True)
+        sys.exit(5)
+    click.echo(f"rekey: {summary.line()}", err=True)
+    sys.exit(EXIT_LEFT if summary.in_use or summary.failed else 0)
+
+
+async def _rekey(etcd: EtcdConfig, prefix: bytes, keyring: Keyring) -> RekeySummary:
+    from schedd._errors import FailedPrecondition
+    from schedd.coord import read_cluster
+    from schedd.store import Keys, connect_etcd, rekey
+
+    kv = await connect_etcd(etcd)
+    try:
+        keys = Keys(prefix)
+        meta = await read_cluster(kv, keys)
+        if meta is None:
+            raise FailedPrecondition(f"no cluster under the prefix {prefix.decode()!r}")
+        last = [0.0]
+
+        def progress(s: RekeySummary) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 1.0:
+                last[0] = now
+                click.echo(f"rekey: {s.progress()}", err=True)
+
+        click.echo(f"rekey: encrypting with key {keyring.active.key_id!r}", err=True)
+        return await rekey(kv, keys, keyring, meta.partitions, progress=progress)
+    finally:
+        await kv.close()

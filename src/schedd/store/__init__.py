@@ -11,7 +11,7 @@ Everything outside this package imports from here, never from its underscore mod
   batches) and :class:`JobStore` (the client API's), with their records;
 - encryption at rest: the :class:`Sealer` both stores seal secret fields with, the
   :class:`Keyring` it uses, the cluster's record of keys in use (:func:`prepare_keyring`,
-  checked by every node at start).
+  checked by every node at start) and :func:`rekey`.
 """
 
 from schedd.model import (
@@ -47,6 +47,7 @@ from schedd.store._records import (
     decode_execution,
     encode_execution,
 )
+from schedd.store._rekey import RekeySummary, rekey
 from schedd.store._sealing import Sealer
 from schedd.store._tenants import TenantStore, decode_limits, limits_by_tenant
 from schedd.store._types import (
@@ -91,6 +92,7 @@ __all__ = [
     "OpBuilder",
     "PartitionKeys",
     "PartitionStore",
+    "RekeySummary",
     "RevisionCompacted",
     "Sealer",
     "StoredJob",
@@ -115,4 +117,5 @@ __all__ = [
     "prefix_end",
     "prepare_keyring",
     "read_keys_in_use",
+    "rekey",
 ]
