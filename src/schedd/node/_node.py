@@ -195,9 +195,6 @@ class Node:
         )
         self.fanout = Fanout(cfg.node_id, self._members, cfg.peer_timeout_ms / 1000)
         self.views = ClusterViews(self, self.fanout, self.jobs)
-        self.audit = AuditLog(
-            self.kv, self.keys, cfg.node_id, self.clock, retention_ms=cfg.history_ttl_ms
-        )
         await self._start_auth()
         await self._serve()
         await self.dispatcher.start()
@@ -230,6 +227,9 @@ class Node:
         """The client API behind its gate: tokens (with auth on), quotas, the audit trail;
         with auth on, peers and worker streams need their credentials too."""
         cfg = self.config
+        self.audit = AuditLog(
+            self.kv, self.keys, cfg.node_id, self.clock, retention_ms=cfg.history_ttl_ms
+        )
         if cfg.auth:
             await self._watch_tokens()
             self.peer_secret = await load_peer_secret(self.kv, self.keys)
