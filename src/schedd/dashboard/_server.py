@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd._limits import HTTP_MAX_REQUEST_BYTES
+from schedd._tls import TlsFiles
 from schedd._web import bound_address, serve
 from schedd.client._fires import next_fires
 from schedd.dashboard import _pages as pages
@@ -69,10 +71,15 @@ def _static(name: str) -> bytes | None:
 class DashboardServer:
     """Serves the dashboard of ``node`` on ``listen`` (HOST:PORT; port 0: any free one)."""
 
-    def __init__(self, node: Node, listen: str, actions: bool = False) -> None:
+    def __init__(
+        self, node: Node, listen: str, actions: bool = False, *, tls: TlsFiles | None = None
+    ) -> None:
         self.node = node
         self.listen = listen
         self.actions = actions
+        #: HTTPS with this certificate (the node's, when its gRPC port serves TLS); no client
+        #: certificate is asked (a browser has none). None: HTTP.
+        self.tls = tls
         self.port = 0
         self._secret = new_secret()
         self._runner: web.AppRunner | None = None
@@ -83,10 +90,10 @@ class DashboardServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}/"
+        return f"{'https' if self.tls else 'http'}://{self.address}/"
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_headers])
+        app = web.Application(middlewares=[_headers], client_max_size=HTTP_MAX_REQUEST_BYTES)
         r = app.router
         r.add_get("/", self._cluster)
         r.add_get("/jobs", self._jobs)
@@ -100,7 +107,8 @@ class DashboardServer:
         return app
 
     async def start(self) -> None:
-        self._runner, self.port = await serve(self.app(), self.listen, "dashboard")
+        context = self.tls.server_ssl_context() if self.tls is not None else None
+        self._runner, self.port = await serve(self.app(), self.listen, "dashboard", context)
         log.info("dashboard on %s (%s)", self.url, "actions on" if self.actions else "read-only")
 
     async def stop(self) -> None:

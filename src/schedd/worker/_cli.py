@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from schedd._errors import SchedError
 from schedd._logfmt import bind_process
+from schedd._tls import TlsFiles
 from schedd.worker._config import WorkerConfig
 from schedd.worker._http import HttpConfig, HttpExecutor
 from schedd.worker._worker import Worker
@@ -39,6 +40,7 @@ def run_worker_from_cli(
     http: HttpConfig | None = None,
     shell: ShellConfig | None = None,
     metrics_listen: str = "",
+    tls: TlsFiles | None = None,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
@@ -54,7 +56,9 @@ def run_worker_from_cli(
         discover: Connect to every live node the given ones name, not only to them.
         http: Run HTTP jobs with this configuration (None: this worker does not run them).
         shell: Run shell jobs with this configuration (None: refused, never announced).
-        metrics_listen: Serve Prometheus metrics at ``http://HOST:PORT/metrics`` ("": off).
+        metrics_listen: Serve Prometheus metrics at ``http://HOST:PORT/metrics`` ("": off;
+            HTTPS when ``tls`` has a certificate).
+        tls: TLS to the nodes (None: plaintext).
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -70,6 +74,7 @@ def run_worker_from_cli(
             data_dir=Path(data_dir) if data_dir is not None else None,
             discover=discover,
             metrics_listen=metrics_listen,
+            tls=tls,
         )
         worker = Worker(config)
         # Every line this process logs names the worker (its id is known once it started).

@@ -91,7 +91,8 @@ class Worker:
         options: WorkerConfig fields, when ``config`` is not one.
 
         Raises:
-            ValueError: A config value out of range.
+            ValueError: A config value out of range, or TLS files that cannot be used
+                (``TlsConfigError``, naming the setting).
             TypeError: An unknown option, or options beside a WorkerConfig.
         """
         if isinstance(config, WorkerConfig):
@@ -100,6 +101,8 @@ class Worker:
         else:
             config = WorkerConfig(tuple([config] if isinstance(config, str) else config), **options)
         self.config = config
+        if config.tls is not None:
+            _ = config.tls.material  # read now: a bad file fails here, not at each connect
         self.capacity = config.capacity
         self.prefetch = config.prefetch
         #: Resolved at start when the config leaves them out (a kept id, a temporary dir).
@@ -253,12 +256,12 @@ class Worker:
         if self.metrics is not None:
             self._register_gauges(self.metrics)
             if cfg.metrics_listen:
-                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen)
+                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
                 await self._metrics_server.start()
         for ep in cfg.endpoints:
             self._connect(ep)
         if cfg.discover:
-            self._status_query = StatusQuery(CHANNEL_OPTIONS)
+            self._status_query = StatusQuery(CHANNEL_OPTIONS, tls=cfg.tls)
             self._discovery = Discovery(
                 cfg.endpoints,
                 NodeDirectory(cfg.forget_node_after_s),
@@ -375,6 +378,7 @@ class Worker:
             endpoint,
             backoff=(cfg.reconnect_min_s, cfg.reconnect_max_s),
             close_timeout_s=cfg.stream_close_timeout_s,
+            tls=cfg.tls,
         )
         self._conns[endpoint] = conn
         conn.start()
