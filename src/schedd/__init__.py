@@ -20,6 +20,7 @@ from schedd._errors import (
     ResourceExhausted,
     SchedError,
     StaleToken,
+    TlsHandshakeFailed,
     Unavailable,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "SchedError",
     "StaleToken",
     "SystemClock",
+    "TlsHandshakeFailed",
     "Unavailable",
     "__version__",
 ]

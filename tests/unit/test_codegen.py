@@ -54,6 +54,7 @@ def test_public_faces_are_pinned() -> None:
             "SchedError",
             "StaleToken",
             "SystemClock",
+            "TlsHandshakeFailed",
             "Unavailable",
             "__version__",
         ]
@@ -65,6 +66,7 @@ def test_public_faces_are_pinned() -> None:
             "AsyncClient",
             "BackfillResult",
             "Client",
+            "ClientTls",
             "CreateJobResult",
             "ExecutionList",
             "build_job",
