@@ -23,6 +23,7 @@ from schedd.cli.schedd_main import TLS_FLAGS
 from schedd.cli.schedd_main import main as schedd
 from schedd.client import Client, ClientTls
 from schedd.dev._ca import make_dev_ca
+from schedd.worker import Worker
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +123,9 @@ def test_the_sdk_names_the_tls_field(pki: Path, tmp_path: Path) -> None:
                                             key_file=pki / "worker-key.pem"))  # fmt: skip
     with pytest.raises(ValueError, match="cert_file: needs key_file"):
         ClientTls(cert_file="client.pem")
+    # A worker reads its files when it is made, before any stream.
+    with pytest.raises(ValueError, match=r"^tls\.ca_file: cannot read "):
+        Worker(["127.0.0.1:1"], tls=ClientTls(ca_file=tmp_path / "none.pem"))
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@
     etcd-member.pem, etcd-member-key.pem  every etcd member: clients and peers (both usages)
     etcd-client.pem, etcd-client-key.pem  the nodes' client certificate to etcd (clientAuth)
 
-Server certificates (a node's, a worker's, etcd's) hold ``localhost``, ``127.0.0.1``, ``::1`` and each ``--host`` (a name or an
-IP address) as subject alternative names. One certificate serves every node: good enough for
-a cluster on one machine, and not what production wants (docs/operations.md, "TLS").
+Server certificates (a node's, a worker's, etcd's) hold ``localhost``, ``127.0.0.1``, ``::1``
+and each ``--host`` (a name or an IP address) as subject alternative names. One certificate
+serves every node: good enough for a cluster on one machine, and not what production wants
+(docs/operations.md, "TLS").
 
 Nothing is overwritten unless ``force``: a directory that already holds all of it is left as
 it is (asking for a host its node certificate lacks is an error then), one that holds part

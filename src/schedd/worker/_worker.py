@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import schedd
 from schedd._clock import Clock, SystemClock
+from schedd._tls import TlsConfigError
 from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.obs._prometheus import MetricsServer, PrometheusRecorder
 from schedd.v1 import worker_pb2
@@ -91,8 +92,8 @@ class Worker:
         options: WorkerConfig fields, when ``config`` is not one.
 
         Raises:
-            ValueError: A config value out of range, or TLS files that cannot be used
-                (``TlsConfigError``, naming the setting).
+            ValueError: A config value out of range, or a TLS file that cannot be used
+                (naming it: ``tls.cert_file: cannot read ...``).
             TypeError: An unknown option, or options beside a WorkerConfig.
         """
         if isinstance(config, WorkerConfig):
@@ -102,7 +103,11 @@ class Worker:
             config = WorkerConfig(tuple([config] if isinstance(config, str) else config), **options)
         self.config = config
         if config.tls is not None:
-            _ = config.tls.material  # read now: a bad file fails here, not at each connect
+            try:
+                _ = config.tls.material  # read now: a bad file fails here, not at each connect
+            except TlsConfigError as exc:
+                names = {f: f"tls.{f}" for f in ("cert_file", "key_file", "ca_file")}
+                raise ValueError(exc.message(names)) from exc
         self.capacity = config.capacity
         self.prefetch = config.prefetch
         #: Resolved at start when the config leaves them out (a kept id, a temporary dir).
