@@ -23,13 +23,14 @@ TLS takes etcdctl's flags (``--cacert``, ``--cert``, ``--key``) and kubectl's
 from __future__ import annotations
 
 import os
+import sys
 
 # gRPC's core logs a failed TLS handshake on stderr ("Handshake failed with error ...")
 # besides failing the call; schedctl says it in its own one line instead. gRPC reads this
-# once, when it is first imported: so before the imports below.
-os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
-import sys
+# once, when it is first imported: so before the imports below, and only when it is not
+# imported yet (a program that imports schedctl keeps its children's environment).
+if "grpc" not in sys.modules:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
