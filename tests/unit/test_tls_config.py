@@ -16,8 +16,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from schedd import InvalidArgument
+from schedd import InvalidArgument, TlsHandshakeFailed
 from schedd._tls import TlsConfigError, TlsFiles
+from schedd.cli._exit import tls_advice
 from schedd.cli.schedctl import cli as schedctl
 from schedd.cli.schedd_main import TLS_FLAGS
 from schedd.cli.schedd_main import main as schedd
@@ -174,3 +175,19 @@ def test_schedctl_names_the_flag_before_connecting(pki: Path) -> None:
     env = {"SCHEDCTL_KEY": f"{pki}/client-key.pem"}
     result = CliRunner().invoke(schedctl, ["--endpoints", "127.0.0.1:1", "job", "list"], env=env)
     assert result.exit_code == 2 and "Invalid value for --key: needs --cert" in result.stderr
+
+
+def test_schedctl_names_the_flag_for_every_mismatch() -> None:
+    def line(mismatch: str, detail: str = "") -> str:
+        return tls_advice(TlsHandshakeFailed("...", "10.0.0.1:7070", mismatch, detail))
+
+    assert line("PLAINTEXT") == (
+        "the node at 10.0.0.1:7070 does not speak TLS: drop --cacert, --cert, --key and"
+        " --tls-server-name"
+    )
+    assert line("WRONG_NAME", "Hostname mismatch, certificate is not valid for 'x'") == (
+        "the node at 10.0.0.1:7070: its certificate does not hold the name dialled (Hostname"
+        " mismatch, certificate is not valid for 'x'): pass --tls-server-name NAME"
+    )
+    for mismatch in ("SPEAKS_TLS", "UNTRUSTED", "CERT_REQUIRED", "CERT_REFUSED"):
+        assert line(mismatch).startswith("the node at 10.0.0.1:7070"), mismatch
