@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Starts, stops or checks a real N-member etcd cluster on loopback, for local schedd clusters.
 #
-#   cluster/etcd-cluster.sh start  [--members 3] [--dir DIR] [--base-port 23790]
+#   cluster/etcd-cluster.sh start  [--members 3] [--dir DIR] [--base-port 23790] [--tls CERTS]
 #   cluster/etcd-cluster.sh status [--dir DIR]
 #   cluster/etcd-cluster.sh stop   [--dir DIR]
 #
 # Member i (0-based) listens for clients on BASE+2i and for peers on BASE+2i+1.
 # Each member keeps DIR/mI/{data,etcd.log,etcd.pid}; DIR/endpoints holds the client list.
+# --tls CERTS: TLS with client certificates, clients and peers (files of scripts/dev-ca).
 set -euo pipefail
 
 cmd="${1:-}"
@@ -15,9 +16,10 @@ members=3
 dir="${TMPDIR:-/tmp}/schedd-etcd"
 base_port=23790
 token="schedd-$$"
+tls=""
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -26,6 +28,7 @@ while [[ $# -gt 0 ]]; do
     --members) members="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --base-port) base_port="$2"; shift 2 ;;
+    --tls) tls="$2"; shift 2 ;;
     -h|--help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
@@ -38,14 +41,39 @@ peer_port() { echo $((base_port + 2 * $1 + 1)); }
 
 pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-healthy() { curl -fsS --max-time 1 "http://127.0.0.1:$1/health" 2>/dev/null | grep -q '"health":"true"'; }
+scheme() { if [[ -n "$tls" ]]; then echo https; else echo http; fi; }
+
+healthy() {
+  local certs=()
+  if [[ -n "$tls" ]]; then
+    certs=(--cacert "$tls/etcd-ca.pem" --cert "$tls/etcd-client.pem"
+           --key "$tls/etcd-client-key.pem")
+  fi
+  curl -fsS --max-time 1 "${certs[@]}" "$(scheme)://127.0.0.1:$1/health" 2>/dev/null \
+    | grep -q '"health":"true"'
+}
 
 start() {
   command -v etcd >/dev/null || { echo "etcd not on PATH (apt-get install etcd-server)" >&2; exit 1; }
   mkdir -p "$dir"
+  if [[ -n "$tls" ]]; then
+    tls="$(cd "$tls" && pwd)"
+    local f
+    for f in etcd-ca.pem etcd-member.pem etcd-member-key.pem etcd-client.pem etcd-client-key.pem; do
+      [[ -f "$tls/$f" ]] || { echo "--tls $tls: no $f (make it with scripts/dev-ca)" >&2; exit 1; }
+    done
+  fi
+  local s; s=$(scheme)
+  local tls_args=()
+  if [[ -n "$tls" ]]; then
+    tls_args=(--cert-file "$tls/etcd-member.pem" --key-file "$tls/etcd-member-key.pem"
+              --client-cert-auth --trusted-ca-file "$tls/etcd-ca.pem"
+              --peer-cert-file "$tls/etcd-member.pem" --peer-key-file "$tls/etcd-member-key.pem"
+              --peer-client-cert-auth --peer-trusted-ca-file "$tls/etcd-ca.pem")
+  fi
   local initial="" i
   for ((i = 0; i < members; i++)); do
-    initial+="${initial:+,}m$i=http://127.0.0.1:$(peer_port "$i")"
+    initial+="${initial:+,}m$i=$s://127.0.0.1:$(peer_port "$i")"
   done
   local endpoints=""
   for ((i = 0; i < members; i++)); do
@@ -62,10 +90,11 @@ start() {
     nohup etcd \
       --name "m$i" \
       --data-dir "$mdir/data" \
-      --listen-client-urls "http://127.0.0.1:$cport" \
-      --advertise-client-urls "http://127.0.0.1:$cport" \
-      --listen-peer-urls "http://127.0.0.1:$pport" \
-      --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+      --listen-client-urls "$s://127.0.0.1:$cport" \
+      --advertise-client-urls "$s://127.0.0.1:$cport" \
+      --listen-peer-urls "$s://127.0.0.1:$pport" \
+      --initial-advertise-peer-urls "$s://127.0.0.1:$pport" \
+      "${tls_args[@]}" \
       --initial-cluster "$initial" \
       --initial-cluster-state "$state" \
       --initial-cluster-token "$token" \
@@ -82,6 +111,7 @@ start() {
   echo "$endpoints" >"$dir/endpoints"
   echo "$members" >"$dir/members"
   echo "$base_port" >"$dir/base-port"
+  echo "$tls" >"$dir/tls"
   wait_healthy 30
   echo "etcd cluster up: --etcd $endpoints"
 }
@@ -105,6 +135,7 @@ load_layout() {
   [[ -f "$dir/members" ]] || { echo "no cluster in $dir" >&2; exit 1; }
   members=$(cat "$dir/members")
   base_port=$(cat "$dir/base-port")
+  tls=$(cat "$dir/tls" 2>/dev/null || true)
 }
 
 status() {

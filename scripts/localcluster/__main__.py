@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import sys
 
@@ -16,12 +17,18 @@ def _parser() -> argparse.ArgumentParser:
         "overridden by SCHEDD_CLUSTER_<KEY> variables).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser(
+    up = sub.add_parser(
         "up",
         help="start what is not running, wait until the cluster is whole",
         description="Start the etcd members, the nodes and the workers that are not running "
         "(in the background, pid files and logs in the cluster directory) and wait until "
         "every partition is owned and every worker is connected to every node.",
+    )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS everywhere (as tls = true in the config): certificates from scripts/dev-ca "
+        "in DIR/tls, made if missing; etcd and the nodes require client certificates",
     )
     down = sub.add_parser(
         "down",
@@ -54,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"cluster-{args.command}"
     try:
         config = _config.load()
+        if args.command == "up" and args.tls:
+            config = dataclasses.replace(config, tls=True)
         if args.command == "up":
             _lifecycle.up(config)
             return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ class ClusterConfig:
     log_level: str
     start_timeout_s: float
     stop_timeout_s: float
+    #: TLS everywhere (``cluster-up --tls``): etcd with client certificates, nodes with
+    #: mutual TLS, workers and schedctl with client certificates, from ``DIR/tls``.
+    tls: bool = False
 
     def __post_init__(self) -> None:
         if self.etcd_members not in (1, 3, 5):
@@ -95,6 +98,15 @@ class ClusterConfig:
         return [f"worker-{n}" for n in range(1, self.workers + 1)]
 
     @property
+    def tls_dir(self) -> Path:
+        """Where ``cluster-up --tls`` keeps the certificates (scripts/dev-ca's files)."""
+        return self.dir / "tls"
+
+    def tls_file(self, name: str) -> str:
+        """The path of one of the dev CA's files (``ca.pem``, ``node-key.pem``...)."""
+        return str(self.tls_dir / name)
+
+    @property
     def ports(self) -> list[int]:
         """Every port the cluster listens on (etcd client and peer ports, node ports)."""
         etcd = [self.base_port + i for i in range(2 * self.etcd_members)]
@@ -113,12 +125,25 @@ class ClusterConfig:
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
+                if f.default is not MISSING:  # a key added later: an older record lacks it
+                    continue
                 raise ConfigError(f"{f.name}: missing")
             values[f.name] = _convert(f.name, str(f.type), data[f.name])
         return cls(**values)
 
 
+_BOOLS = {"true": True, "yes": True, "on": True, "1": True,
+          "false": False, "no": False, "off": False, "0": False}  # fmt: skip
+
+
 def _convert(name: str, kind: str, raw: Any) -> Any:
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        value = _BOOLS.get(str(raw).strip().lower())
+        if value is None:
+            raise ConfigError(f"{name}: {raw!r} is not true or false")
+        return value
     try:
         if kind == "int":
             return int(raw)

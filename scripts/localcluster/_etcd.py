@@ -5,7 +5,8 @@ needs (KV, leases, watches) and nothing of etcd's cluster API (member list, memb
 ``etcdctl`` is not installed everywhere (Debian ships it apart from the server, in
 etcd-client), and every etcd member serves its v3 API as JSON over HTTP on its client port
 (the gRPC gateway: ``/health``, ``/v3/cluster/member/list``, ``/v3/maintenance/status``,
-``/v3/kv/range``). The local cluster runs without TLS on loopback, so plain ``urllib`` does.
+``/v3/kv/range``), so plain ``urllib`` does: over HTTP, or over HTTPS with the client
+certificate of the dev CA when the cluster runs with TLS (:func:`client_context`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -55,6 +57,8 @@ def start(config: ClusterConfig) -> None:
         "--dir", str(config.etcd_dir),
         "--base-port", str(config.base_port),
     ]  # fmt: skip
+    if config.tls:
+        argv += ["--tls", str(config.tls_dir)]
     out = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(os.environ))
     for line in (out.stdout + out.stderr).splitlines():
         print(f"  etcd: {line}")
@@ -62,11 +66,27 @@ def start(config: ClusterConfig) -> None:
         raise RuntimeError(f"cluster/etcd-cluster.sh start failed (exit {out.returncode})")
 
 
-def _call(endpoint: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
-    url = f"http://{endpoint}{path}"
+def client_context(config: ClusterConfig) -> ssl.SSLContext | None:
+    """How to reach the members: None (HTTP), or with TLS the etcd CA and the nodes' client
+    certificate of the dev CA (the members require one)."""
+    if not config.tls:
+        return None
+    ctx = ssl.create_default_context(cafile=config.tls_file("etcd-ca.pem"))
+    ctx.load_cert_chain(config.tls_file("etcd-client.pem"), config.tls_file("etcd-client-key.pem"))
+    return ctx
+
+
+def _call(
+    endpoint: str,
+    path: str,
+    body: dict[str, Any] | None,
+    timeout_s: float,
+    context: ssl.SSLContext | None = None,
+) -> Any:
+    url = f"{'https' if context else 'http'}://{endpoint}{path}"
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
         return json.loads(resp.read())
 
 
@@ -91,9 +111,11 @@ class MemberView:
         return dict(self.__dict__)
 
 
-def members(endpoints: list[str], timeout_s: float = 2.0) -> list[MemberView]:
+def members(
+    endpoints: list[str], timeout_s: float = 2.0, context: ssl.SSLContext | None = None
+) -> list[MemberView]:
     """Every member the cluster lists (asked of the first endpoint that answers), each with
-    its own health and status.
+    its own health and status (over HTTPS with ``context``).
 
     Raises:
         EtcdUnreachable: no endpoint answered the member list.
@@ -102,7 +124,7 @@ def members(endpoints: list[str], timeout_s: float = 2.0) -> list[MemberView]:
     errors: list[str] = []
     for ep in endpoints:
         try:
-            listing = _call(ep, "/v3/cluster/member/list", {}, timeout_s)
+            listing = _call(ep, "/v3/cluster/member/list", {}, timeout_s, context)
             break
         except (urllib.error.URLError, OSError, ValueError) as exc:
             errors.append(f"{ep}: {exc}")
@@ -115,18 +137,18 @@ def members(endpoints: list[str], timeout_s: float = 2.0) -> list[MemberView]:
             member_id=f"{int(m.get('ID', 0)):x}",
             client_urls=list(m.get("clientURLs", [])),
         )
-        _probe(view, timeout_s)
+        _probe(view, timeout_s, context)
         views.append(view)
     return sorted(views, key=lambda v: v.name)
 
 
-def _probe(view: MemberView, timeout_s: float) -> None:
+def _probe(view: MemberView, timeout_s: float, context: ssl.SSLContext | None) -> None:
     if not view.client_urls:
         view.error = "no client URL (member added, never started)"
         return
     endpoint = view.client_urls[0].removeprefix("http://").removeprefix("https://")
     try:
-        status = _call(endpoint, "/v3/maintenance/status", {}, timeout_s)
+        status = _call(endpoint, "/v3/maintenance/status", {}, timeout_s, context)
         view.reachable = True
         view.version = str(status.get("version", ""))
         view.db_size = int(status.get("dbSize", 0))
@@ -134,7 +156,7 @@ def _probe(view: MemberView, timeout_s: float) -> None:
         view.raft_term = int(status.get("raftTerm", 0))
         header_id = int(status.get("header", {}).get("member_id", 0))
         view.leader = header_id != 0 and header_id == int(status.get("leader", 0))
-        health = _call(endpoint, "/health", None, timeout_s)
+        health = _call(endpoint, "/health", None, timeout_s, context)
         view.healthy = str(health.get("health")) == "true"
     except (urllib.error.URLError, OSError, ValueError) as exc:
         view.error = str(getattr(exc, "reason", exc))
@@ -150,7 +172,12 @@ def _prefix_end(prefix: bytes) -> bytes:
     return bytes(end)
 
 
-def node_records(endpoints: list[str], prefix: str, timeout_s: float = 2.0) -> dict[str, Any]:
+def node_records(
+    endpoints: list[str],
+    prefix: str,
+    timeout_s: float = 2.0,
+    context: ssl.SSLContext | None = None,
+) -> dict[str, Any]:
     """``nodes/`` records as ``{node_id: (mod_revision, record dict)}``.
 
     Raises:
@@ -161,7 +188,7 @@ def node_records(endpoints: list[str], prefix: str, timeout_s: float = 2.0) -> d
     errors: list[str] = []
     for ep in endpoints:
         try:
-            resp = _call(ep, "/v3/kv/range", body, timeout_s)
+            resp = _call(ep, "/v3/kv/range", body, timeout_s, context)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             errors.append(f"{ep}: {exc}")
             continue
@@ -174,7 +201,12 @@ def node_records(endpoints: list[str], prefix: str, timeout_s: float = 2.0) -> d
 
 
 def clock_offsets(
-    endpoints: list[str], prefix: str, *, wait_s: float = 2.6, poll_s: float = 0.05
+    endpoints: list[str],
+    prefix: str,
+    *,
+    wait_s: float = 2.6,
+    poll_s: float = 0.05,
+    context: ssl.SSLContext | None = None,
 ) -> dict[str, int]:
     """Each node's clock minus this machine's, in ms, as the nodes' own records show it.
 
@@ -185,14 +217,14 @@ def clock_offsets(
     Nodes whose record did not change within ``wait_s`` are left out.
     """
     previous_ms = int(time.time() * 1000)  # when the read before started
-    first = node_records(endpoints, prefix)
+    first = node_records(endpoints, prefix, context=context)
     seen = {node: rev for node, (rev, _) in first.items()}
     offsets: dict[str, int] = {}
     deadline = time.monotonic() + wait_s
     while len(offsets) < len(seen) and time.monotonic() < deadline:
         time.sleep(poll_s)
         start_ms = int(time.time() * 1000)
-        records = node_records(endpoints, prefix)
+        records = node_records(endpoints, prefix, context=context)
         middle_ms = (previous_ms + int(time.time() * 1000)) // 2
         for node, (rev, record) in records.items():
             if node in seen and node not in offsets and rev != seen[node]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import socket
 import time
+from dataclasses import replace
 
 from localcluster import _etcd, _schedd
 from localcluster._config import HOST, REPO_ROOT, STATE_FILE, ClusterConfig, record, recorded
@@ -43,20 +44,27 @@ def _layout(config: ClusterConfig) -> tuple[object, ...]:
         config.workers,
         config.partitions,
         config.prefix,
+        config.tls,
     )
 
 
 def _check_layout(config: ClusterConfig) -> None:
-    """A cluster running in the directory must have been started with this layout."""
+    """A cluster running in the directory must have been started with this layout, and one
+    whose etcd holds data keeps its TLS setting (the members recorded their peer URLs)."""
     before = recorded(config)
     if before is None or _layout(before) == _layout(config):
         return
+    if before.tls != config.tls and config.etcd_dir.exists():
+        raise ClusterError(
+            f"the cluster in {config.dir} was made with TLS {'on' if before.tls else 'off'}: "
+            "switching needs scripts/cluster-down --wipe first"
+        )
     if any(d.pid() is not None for d in _all_daemons(before)):
         raise ClusterError(
             f"the cluster in {config.dir} runs with another layout (base_port "
             f"{before.base_port}, {before.etcd_members} etcd members, {before.nodes} nodes, "
-            f"{before.workers} workers, {before.partitions} partitions): "
-            "run scripts/cluster-down first"
+            f"{before.workers} workers, {before.partitions} partitions, TLS "
+            f"{'on' if before.tls else 'off'}): run scripts/cluster-down first"
         )
 
 
@@ -139,11 +147,11 @@ NEXT_STEPS = """
 The local cluster is up ({dir}/):
   etcd     {etcd}
   nodes    {nodes}
-  workers  {workers} (handlers: {handlers})
+  workers  {workers} (handlers: {handlers}){tls}
 
 Try (in this shell):
   source .venv/bin/activate
-  export SCHEDCTL_ENDPOINTS={endpoints}
+  export SCHEDCTL_ENDPOINTS={endpoints}{tls_env}
   schedctl job create hello --schedule '*/5 * * * * *' --handler echo --payload '{{"msg": "hi"}}'
   schedctl run list
   schedctl cluster status
@@ -153,12 +161,39 @@ Try (in this shell):
 """
 
 
+TLS_NOTE = """
+  TLS      everywhere, certificates in {certs}/ (scripts/dev-ca): etcd and the nodes require
+           client certificates; schedctl needs --cacert, --cert and --key (or the variables
+           below)"""
+TLS_ENV = """
+  export SCHEDCTL_CACERT={certs}/ca.pem SCHEDCTL_CERT={certs}/client.pem
+  export SCHEDCTL_KEY={certs}/client-key.pem"""
+
+
+def _make_certificates(config: ClusterConfig) -> None:
+    """The dev CA's files in the cluster's tls directory (kept when they are there)."""
+    from schedd.dev._ca import DevCaError, make_dev_ca
+
+    try:
+        made = make_dev_ca(config.tls_dir)
+    except (DevCaError, OSError) as exc:
+        raise ClusterError(f"certificates: {exc}") from exc
+    where = _short(config.tls_dir)
+    print(f"certificates: {'made in' if made else 'kept in'} {where}/ (scripts/dev-ca)")
+
+
 def up(config: ClusterConfig) -> None:
-    """Starts whatever of the cluster is not running and waits until it is whole."""
+    """Starts whatever of the cluster is not running and waits until it is whole. A cluster
+    made with TLS stays so (``up`` without ``--tls`` restarts what is missing of it)."""
     if shutil.which("etcd") is None:
         raise ClusterError("etcd is not on PATH (make etcd, or apt-get install etcd-server)")
+    before = recorded(config)
+    if before is not None and before.tls and not config.tls:
+        config = replace(config, tls=True)
     _check_layout(config)
     _check_ports(config)
+    if config.tls:
+        _make_certificates(config)
     record(config)
     print(f"etcd ({config.etcd_members} members):")
     try:
@@ -188,6 +223,8 @@ def up(config: ClusterConfig) -> None:
             handlers=", ".join(_handlers(view)) or "-",
             endpoints=",".join(config.node_addresses),
             node=config.node_names[-1],
+            tls=TLS_NOTE.format(certs=_short(config.tls_dir)) if config.tls else "",
+            tls_env=TLS_ENV.format(certs=_short(config.tls_dir)) if config.tls else "",
         )
     )
 
@@ -230,7 +267,9 @@ def _etcd_stop_order(config: ClusterConfig) -> tuple[list[Daemon], list[Daemon]]
     its peers and the whole takes ~7 s; followers first, then the leader alone, ~3.5 s."""
     daemons = _etcd.daemons(config)
     try:
-        leaders = {v.name for v in _etcd.members(config.etcd_endpoints, 1.0) if v.leader}
+        context = _etcd.client_context(config)
+        views = _etcd.members(config.etcd_endpoints, 1.0, context)
+        leaders = {v.name for v in views if v.leader}
     except _etcd.EtcdUnreachable:
         leaders = set()
     return (

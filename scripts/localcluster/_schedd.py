@@ -30,6 +30,45 @@ def worker_daemons(config: ClusterConfig) -> list[Daemon]:
     return [_daemon(config, n, "worker") for n in config.worker_names]
 
 
+def node_tls_args(config: ClusterConfig) -> list[str]:
+    """A node's TLS flags (none without TLS): client certificates to etcd, mutual TLS on its
+    gRPC port (HTTPS for the dashboard and metrics, when on). The members are verified
+    against ``localhost``, a name their certificate holds: with several endpoints the etcd
+    client cannot verify them against the addresses it dials."""
+    if not config.tls:
+        return []
+    f = config.tls_file
+    return [
+        "--etcd-ca", f("etcd-ca.pem"),
+        "--etcd-server-name", "localhost",
+        "--etcd-cert", f("etcd-client.pem"),
+        "--etcd-key", f("etcd-client-key.pem"),
+        "--tls-cert-file", f("node.pem"),
+        "--tls-key-file", f("node-key.pem"),
+        "--tls-ca-file", f("ca.pem"),
+    ]  # fmt: skip
+
+
+def worker_tls_args(config: ClusterConfig) -> list[str]:
+    """A worker's TLS flags (none without TLS): the CA and its client certificate."""
+    if not config.tls:
+        return []
+    f = config.tls_file
+    return [
+        "--tls-ca-file", f("ca.pem"),
+        "--tls-cert-file", f("worker.pem"),
+        "--tls-key-file", f("worker-key.pem"),
+    ]  # fmt: skip
+
+
+def schedctl_tls_args(config: ClusterConfig) -> list[str]:
+    """schedctl's TLS flags (none without TLS): the CA and the client certificate."""
+    if not config.tls:
+        return []
+    f = config.tls_file
+    return ["--cacert", f("ca.pem"), "--cert", f("client.pem"), "--key", f("client-key.pem")]
+
+
 def node_argv(config: ClusterConfig, name: str) -> list[str]:
     return [
         *SCHEDD, "--log-level", config.log_level, "node",
@@ -41,6 +80,7 @@ def node_argv(config: ClusterConfig, name: str) -> list[str]:
         "--prefix", config.prefix,
         "--session-ttl", str(config.session_ttl_s),
         "--max-clock-skew-ms", str(config.max_clock_skew_ms),
+        *node_tls_args(config),
     ]  # fmt: skip
 
 
@@ -53,6 +93,7 @@ def worker_argv(config: ClusterConfig, name: str) -> list[str]:
         "--worker-id", name,
         "--capacity", str(config.worker_capacity),
         "--data-dir", str(config.dir / name / "data"),
+        *worker_tls_args(config),
     ]  # fmt: skip
 
 
@@ -82,7 +123,7 @@ def ask_nodes(config: ClusterConfig, timeout_s: float = 5.0) -> list[NodeAnswer]
     procs = {
         name: subprocess.Popen(
             [*SCHEDCTL, "--endpoints", config.node_address(name), "--timeout", str(timeout_s),
-             "cluster", "status", "-o", "json"],
+             *schedctl_tls_args(config), "cluster", "status", "-o", "json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         for name in config.node_names

@@ -46,7 +46,7 @@ def gather(config: ClusterConfig, *, measure_skew: bool = True) -> dict[str, Any
 
     members: list[dict[str, Any]] = []
     try:
-        views = _etcd.members(config.etcd_endpoints)
+        views = _etcd.members(config.etcd_endpoints, context=_etcd.client_context(config))
         members = [v.to_dict() for v in views]
         problems += [f"etcd member {v.name} is not healthy" for v in views if not v.healthy]
         if len(views) != config.etcd_members:
@@ -74,7 +74,9 @@ def gather(config: ClusterConfig, *, measure_skew: bool = True) -> dict[str, Any
     offsets: dict[str, int] = {}
     if measure_skew and members:
         try:
-            offsets = _etcd.clock_offsets(config.etcd_endpoints, config.prefix)
+            offsets = _etcd.clock_offsets(
+                config.etcd_endpoints, config.prefix, context=_etcd.client_context(config)
+            )
         except _etcd.EtcdUnreachable as exc:
             problems.append(f"clock skew not measured ({exc})")
     skew = _skew(offsets)

@@ -21,6 +21,7 @@ from schedd._errors import (
     ResourceExhausted,
     SchedError,
     StaleToken,
+    TlsHandshakeFailed,
     Unauthenticated,
     Unavailable,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SchedError",
     "StaleToken",
     "SystemClock",
+    "TlsHandshakeFailed",
     "Unauthenticated",
     "Unavailable",
     "__version__",

@@ -114,6 +114,29 @@ class Unavailable(SchedError):
     transient = True
 
 
+class TlsHandshakeFailed(Unavailable):
+    """A node and this client did not agree on TLS (a plaintext client and a TLS node, a
+    certificate not trusted, a client certificate missing or refused); the message says
+    which, for every node tried.
+
+    Attributes:
+        endpoint: The node's ``HOST:PORT`` (the first one that failed so, with several).
+        mismatch: Which way they disagreed: the name of a ``schedd._handshake.Mismatch``
+            (``SPEAKS_TLS``, ``PLAINTEXT``, ``UNTRUSTED``, ``WRONG_NAME``, ``CERT_REQUIRED``,
+            ``CERT_REFUSED``).
+        detail: What the TLS library said, if anything ("unable to get local issuer
+            certificate").
+    """
+
+    transient = False
+
+    def __init__(self, message: str, endpoint: str, mismatch: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.mismatch = mismatch
+        self.detail = detail
+
+
 class ResourceExhausted(SchedError):
     grpc_code = "RESOURCE_EXHAUSTED"
     transient = True

@@ -160,7 +160,10 @@ def from_rpc_error(exc: grpc.RpcError) -> SchedError:
         return InvalidArgument("", message)
     if name == "RESOURCE_EXHAUSTED":
         retry_after = _retry_after(details)
-        return ResourceExhausted(message, 1.0 if retry_after is None else retry_after)
+        exhausted = ResourceExhausted(message, 1.0 if retry_after is None else retry_after)
+        if "larger than max" in message:  # gRPC's message size limit: the same call fails again
+            exhausted.transient = False
+        return exhausted
     return error_from_code(name, message)
 
 

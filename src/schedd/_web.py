@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ssl
+
 from aiohttp import web
 
 from schedd._errors import Unavailable
 
 
-async def serve(app: web.Application, listen: str, what: str) -> tuple[web.AppRunner, int]:
-    """Starts ``app`` on ``listen`` (port 0: any free one); returns its runner (``cleanup()``
-    stops it) and the port it got.
+async def serve(
+    app: web.Application, listen: str, what: str, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Starts ``app`` on ``listen`` (port 0: any free one), over HTTPS with ``ssl_context``;
+    returns its runner (``cleanup()`` stops it) and the port it got.
 
     Raises:
         Unavailable: the address cannot be listened on (``what`` names the server).
@@ -17,7 +21,7 @@ async def serve(app: web.Application, listen: str, what: str) -> tuple[web.AppRu
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = listen.rpartition(":")
-    site = web.TCPSite(runner, host or None, int(port))
+    site = web.TCPSite(runner, host or None, int(port), ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:

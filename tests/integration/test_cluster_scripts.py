@@ -2,7 +2,8 @@
 
 A real local cluster (3 etcd members, 3 nodes, 2 workers) in a temporary directory on free
 loopback ports: up makes it whole, status shows it (table and JSON), a job created against it
-runs, down leaves no process behind. Bad configuration is one line on stderr and exit 1.
+runs, down leaves no process behind; ``up --tls`` does the same with TLS everywhere. Bad
+configuration is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -88,11 +89,12 @@ def _pids(cluster_dir: Path) -> dict[Path, int]:
     return out
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A started local cluster: its directory and the environment the scripts need.
+@contextlib.contextmanager
+def _started(tmp_path: Path, *up_args: str) -> Iterator[tuple[Path, dict[str, str], str]]:
+    """A started local cluster: its directory, the environment the scripts need and what
+    cluster-up printed.
 
-    Teardown runs cluster-down; whatever still runs after it (a failed test) is killed by
+    At the end cluster-down runs; whatever still runs after it (a failed test) is killed by
     its pid file, so no test leaves processes behind.
     """
     if subprocess.run(["which", "etcd"], capture_output=True, check=False).returncode != 0:
@@ -100,16 +102,23 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     cluster_dir = tmp_path / "cluster"
     env = _env(cluster_dir, _free_base_port())
     try:
-        up = _script("cluster-up", env, timeout=90)
+        up = _script("cluster-up", env, *up_args, timeout=90)
         assert up.returncode == 0, f"cluster-up failed:\n{up.stdout}\n{up.stderr}"
         assert "whole after" in up.stdout, up.stdout
-        yield cluster_dir, env
+        yield cluster_dir, env, up.stdout
     finally:
         _script("cluster-down", env, timeout=60)
         for pid in _pids(cluster_dir).values():
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A started local cluster: its directory and the environment the scripts need."""
+    with _started(tmp_path) as (cluster_dir, env, _):
+        yield cluster_dir, env
 
 
 def _check_status_json(status: dict[str, Any]) -> None:
@@ -218,6 +227,33 @@ def test_up_status_job_down(cluster: tuple[Path, dict[str, str]]) -> None:
     after = _script("cluster-status", env, "--no-skew")
     assert after.returncode == 1
     assert "node node-1 is not running" in after.stdout
+
+
+def test_up_with_tls_everywhere(tmp_path: Path) -> None:
+    with _started(tmp_path, "--tls") as (cluster_dir, env, printed):
+        certs = cluster_dir / "tls"
+        assert f"export SCHEDCTL_CACERT={certs}/ca.pem" in printed
+        assert all(p.stat().st_mode & 0o077 == 0 for p in certs.glob("*-key.pem"))
+        # Status reaches etcd (client certificates required) and every node (mutual TLS).
+        status = _script("cluster-status", env, "-o", "json", "--no-skew")
+        assert status.returncode == 0, status.stdout + status.stderr
+        doc = json.loads(status.stdout)
+        assert doc["problems"] == [], doc["problems"]
+        assert all(m["healthy"] for m in doc["etcd"]["members"])
+        assert all(url.startswith("https://") for m in doc["etcd"]["members"]
+                   for url in m["client_urls"])  # fmt: skip
+        assert doc["workers"] == {w: NODES for w in WORKERS}
+        addresses = [n["address"] for n in doc["cluster"]["nodes"]]
+        plain = _ctl(env, "--endpoints", addresses[0], "cluster", "status")
+        assert plain.returncode == 5 and "speaks TLS: pass --cacert" in plain.stderr
+        tls = {
+            "SCHEDCTL_CACERT": str(certs / "ca.pem"),
+            "SCHEDCTL_CERT": str(certs / "client.pem"),
+            "SCHEDCTL_KEY": str(certs / "client-key.pem"),
+        }
+        _runs_a_job({**env, **tls}, addresses)
+        down = _script("cluster-down", env)
+        assert down.returncode == 0 and "node-1 stopped" in down.stdout, down.stdout
 
 
 def test_status_without_a_cluster_says_so(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ def test_public_faces_are_pinned() -> None:
             "StaleToken",
             "SystemClock",
             "Unauthenticated",
+            "TlsHandshakeFailed",
             "Unavailable",
             "__version__",
         ]
@@ -67,6 +68,7 @@ def test_public_faces_are_pinned() -> None:
             "AsyncClient",
             "BackfillResult",
             "Client",
+            "ClientTls",
             "CreateJobResult",
             "ExecutionList",
             "audit_to_dict",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,41 @@ def test_ownership_is_settled_when_nothing_will_move(
 def test_skew_is_measured_from_the_median_node() -> None:
     assert _status._skew({"a": 10, "b": 25, "c": 700}) == {"a": -15, "b": 0, "c": 675}
     assert _status._skew({}) == {}
+
+
+def test_tls_is_off_unless_asked_and_an_older_record_still_loads(tmp_path: Path) -> None:
+    assert _load(tmp_path).tls is False  # the key is optional
+    assert _load(tmp_path, INI + "tls = yes\n").tls is True
+    assert _load(tmp_path, SCHEDD_CLUSTER_TLS="true").tls is True
+    with pytest.raises(_config.ConfigError, match=r"^tls: 'maybe' is not true or false$"):
+        _load(tmp_path, SCHEDD_CLUSTER_TLS="maybe")
+    config = _load(tmp_path, SCHEDD_CLUSTER_DIR=str(tmp_path / "c"))
+    _config.record(config)
+    record = tmp_path / "c" / _config.STATE_FILE
+    record.write_text(record.read_text().replace('  "tls": false,\n', ""))  # before TLS
+    assert _config.recorded(config) == config
+
+
+def test_with_tls_every_process_gets_its_certificates(tmp_path: Path) -> None:
+    plain = _load(tmp_path, SCHEDD_CLUSTER_DIR=str(tmp_path))
+    assert not any(a.startswith(("--tls", "--etcd-c")) for a in _schedd.node_argv(plain, "node-1"))
+    assert _schedd.schedctl_tls_args(plain) == []
+    config = _load(tmp_path, SCHEDD_CLUSTER_DIR=str(tmp_path), SCHEDD_CLUSTER_TLS="1")
+
+    def flags(argv: list[str]) -> dict[str, str]:
+        return {a: b for a, b in itertools.pairwise(argv) if a.startswith("--")}
+
+    node = flags(_schedd.node_argv(config, "node-1"))
+    certs = tmp_path / "tls"
+    assert node["--tls-cert-file"] == str(certs / "node.pem")
+    assert node["--tls-ca-file"] == str(certs / "ca.pem")
+    assert node["--etcd-cert"] == str(certs / "etcd-client.pem")
+    assert node["--etcd-server-name"] == "localhost"
+    worker = flags(_schedd.worker_argv(config, "worker-1"))
+    assert worker["--tls-cert-file"] == str(certs / "worker.pem")
+    assert worker["--tls-ca-file"] == str(certs / "ca.pem")
+    assert flags(_schedd.schedctl_tls_args(config)) == {
+        "--cacert": str(certs / "ca.pem"),
+        "--cert": str(certs / "client.pem"),
+        "--key": str(certs / "client-key.pem"),
+    }

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from schedd.cli._output import FORMATS
-from schedd.client import Client
+from schedd.client import Client, ClientTls
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: Where schedctl looks when no endpoint is given.
@@ -34,12 +34,16 @@ class Settings:
     output: str = "table"
     #: The API token sent with every call (--token / SCHEDCTL_TOKEN), None: none.
     token: str | None = field(default=None, repr=False)
+    #: TLS to the nodes (--cacert, --cert, --key, --tls-server-name; None: plaintext).
+    tls: ClientTls | None = None
     _client: Client | None = field(default=None, repr=False)
 
     def client(self) -> Client:
         """The client, created on first use (so bad local input never opens a channel)."""
         if self._client is None:
-            self._client = Client(self.endpoints, timeout_s=self.timeout_s, token=self.token)
+            self._client = Client(
+                self.endpoints, timeout_s=self.timeout_s, tls=self.tls, token=self.token
+            )
         return self._client
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import click
 
-from schedd._errors import InvalidArgument, NotFound, SchedError
+from schedd._errors import InvalidArgument, NotFound, SchedError, TlsHandshakeFailed
 from schedd.v1 import scheduler_pb2
 
 OK = 0
@@ -39,6 +39,31 @@ def exit_code(err: SchedError) -> int:
     if isinstance(err, NotFound):
         return NOT_FOUND
     return _BY_CODE.get(err.grpc_code, ERROR)
+
+
+#: What to do about each way a node refused schedctl's TLS settings (schedd._handshake).
+_TLS_ADVICE = {
+    "SPEAKS_TLS": "the node at {ep} speaks TLS: pass --cacert FILE (the CA that signed the"
+    " nodes' certificates; and --cert, --key when they require client certificates)",
+    "PLAINTEXT": "the node at {ep} does not speak TLS: drop --cacert, --cert, --key and"
+    " --tls-server-name",
+    "UNTRUSTED": "the node at {ep}: certificate not trusted ({detail}): --cacert must be the"
+    " CA that signed the nodes' certificates",
+    "WRONG_NAME": "the node at {ep}: its certificate does not hold the name dialled"
+    " ({detail}): pass --tls-server-name NAME",
+    "CERT_REQUIRED": "the node at {ep} requires a client certificate: pass --cert FILE and"
+    " --key FILE",
+    "CERT_REFUSED": "the node at {ep} refused the client certificate (not signed by a CA it"
+    " trusts, or expired): check --cert",
+}
+
+
+def tls_advice(err: TlsHandshakeFailed) -> str:
+    """The line schedctl prints for a TLS failure, naming its flags."""
+    template = _TLS_ADVICE.get(err.mismatch)
+    if template is None:
+        return str(err)
+    return template.format(ep=err.endpoint, detail=err.detail or "no detail")
 
 
 def report(message: str) -> None:

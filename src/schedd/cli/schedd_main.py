@@ -16,13 +16,42 @@ import click
 
 from schedd._errors import SchedError
 from schedd._gc import tune_gc
+from schedd._limits import GRPC_MAX_MESSAGE_BYTES, GRPC_MIN_MESSAGE_BYTES
 from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
+from schedd._tls import TlsConfigError, TlsFiles
 from schedd.cli._bootstrap import token_group
 from schedd.cli._keys import encryption_keys_option, keys, load_keyring
 from schedd.cli._kinds import job_kind_configs, job_kind_options
 
 #: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
 _ETCD_TLS = ("ca_file", "cert_file", "key_file", "server_name")
+#: TlsFiles' settings as the flags of ``schedd node`` and ``schedd worker`` name them.
+TLS_FLAGS = {
+    "cert_file": "--tls-cert-file",
+    "key_file": "--tls-key-file",
+    "ca_file": "--tls-ca-file",
+    "server_name": "--tls-server-name",
+}
+#: Each TLS flag's help, for a node and for a worker.
+_TLS_HELP = {
+    "node": {
+        "cert_file": "serve gRPC over TLS with this certificate (PEM, with --tls-key-file); the"
+        " dashboard and metrics then serve HTTPS with it, asking no client certificate",
+        "key_file": "the private key of --tls-cert-file (PEM, not encrypted)",
+        "ca_file": "require client certificates signed by this CA (PEM): workers, schedctl and"
+        " peers (mutual TLS); peers' certificates are verified against it too",
+        "server_name": "name the peers' certificates are verified against, when they do not"
+        " hold the host each peer advertises",
+    },
+    "worker": {
+        "cert_file": "client certificate for nodes that require one (PEM, with"
+        " --tls-key-file); --metrics-listen then serves HTTPS with it",
+        "key_file": "the private key of --tls-cert-file (PEM, not encrypted)",
+        "ca_file": "connect over TLS, verifying the nodes' certificates against this CA (PEM;"
+        " without it but with another --tls-* flag: the system's CAs)",
+        "server_name": "name the nodes' certificates must hold (default: the host dialled)",
+    },
+}
 
 log = logging.getLogger("schedd.cli")
 
@@ -67,8 +96,13 @@ def _check_listen(ctx: click.Context, param: click.Parameter, value: str) -> str
     return value
 
 
-def metrics_option(func: F | None = None, *, default: str = "") -> Any:
-    """``--metrics-listen HOST:PORT``: serve Prometheus metrics at /metrics ("": off)."""
+#: The help's note on HTTPS, for commands that take --tls-cert-file.
+_HTTPS_NOTE = ", or https:// with --tls-cert-file (no client certificate asked)"
+
+
+def metrics_option(func: F | None = None, *, default: str = "", https: bool = True) -> Any:
+    """``--metrics-listen HOST:PORT``: serve Prometheus metrics at /metrics ("": off);
+    ``https``: the command serves it over HTTPS with its --tls-cert-file (said in the help)."""
 
     def wrap(f: F) -> F:
         return click.option(
@@ -78,13 +112,14 @@ def metrics_option(func: F | None = None, *, default: str = "") -> Any:
             show_default=bool(default),
             callback=_check_listen,
             help="serve Prometheus metrics at http://HOST:PORT/metrics"
+            + (_HTTPS_NOTE if https else "")
             + (" ('' turns it off)" if default else " (default: off)"),
         )(f)
 
     return wrap(func) if func is not None else wrap
 
 
-def http_options(func: F | None = None, *, default: str = "") -> Any:
+def http_options(func: F | None = None, *, default: str = "", https: bool = True) -> Any:
     """``--http-listen HOST:PORT`` (the web dashboard; "": off) and ``--http-actions``."""
 
     def wrap(f: F) -> F:
@@ -103,10 +138,59 @@ def http_options(func: F | None = None, *, default: str = "") -> Any:
             show_default=bool(default),
             callback=_check_listen,
             help="serve the web dashboard at http://HOST:PORT/"
+            + (_HTTPS_NOTE if https else "")
             + (" ('' turns it off)" if default else " (default: off)"),
         )(f)
 
     return wrap(func) if func is not None else wrap
+
+
+def tls_options(role: str) -> Callable[[F], F]:
+    """``--tls-cert-file``, ``--tls-key-file``, ``--tls-ca-file``, ``--tls-server-name``
+    (env ``SCHEDD_TLS_CERT_FILE``...), with the help of ``role`` (node or worker)."""
+
+    def wrap(f: F) -> F:
+        for field, flag in reversed(TLS_FLAGS.items()):
+            kind = None if field == "server_name" else click.Path(dir_okay=False)
+            f = click.option(
+                flag,
+                "tls_" + field,
+                envvar="SCHEDD_" + flag.removeprefix("--").replace("-", "_").upper(),
+                default=None,
+                type=kind,
+                help=_TLS_HELP[role][field],
+            )(f)
+        return f
+
+    return wrap
+
+
+def tls_files(
+    cert_file: str | None,
+    key_file: str | None,
+    ca_file: str | None,
+    server_name: str | None,
+    *,
+    server: bool,
+) -> TlsFiles | None:
+    """The TLS flags as TlsFiles, their files read now (None: no TLS flag given).
+
+    Raises:
+        click.BadParameter: A flag that cannot be used, named (a node needs a certificate).
+    """
+    if not (cert_file or key_file or ca_file or server_name):
+        return None
+    try:
+        tls = TlsFiles(
+            cert_file=cert_file, key_file=key_file, ca_file=ca_file, server_name=server_name
+        )
+        if server:
+            tls.check_server()
+        else:
+            _ = tls.material
+    except TlsConfigError as exc:
+        raise click.BadParameter(exc.reason(TLS_FLAGS), param_hint=TLS_FLAGS[exc.field]) from exc
+    return tls
 
 
 @main.command()
@@ -234,6 +318,15 @@ def http_options(func: F | None = None, *, default: str = "") -> Any:
     help="require an API token on every call, worker stream and dashboard page (make the"
     " first admin token with `schedd token create`); every node must agree",
 )
+@tls_options("node")
+@click.option(
+    "--max-message-bytes",
+    envvar="SCHEDD_MAX_MESSAGE_BYTES",
+    default=GRPC_MAX_MESSAGE_BYTES,
+    show_default=True,
+    type=click.IntRange(GRPC_MIN_MESSAGE_BYTES, 1 << 30),
+    help="the largest gRPC message the node receives or sends (larger: RESOURCE_EXHAUSTED)",
+)
 @metrics_option
 @http_options
 @encryption_keys_option
@@ -263,8 +356,14 @@ def node(
     etcd_key: str | None,
     etcd_server_name: str | None,
     encryption_keys: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    tls_ca_file: str | None,
+    tls_server_name: str | None,
+    max_message_bytes: int,
 ) -> None:
-    """Run a scheduler node."""
+    """Run a scheduler node (TLS on its gRPC port with --tls-cert-file and --tls-key-file;
+    mutual TLS with --tls-ca-file)."""
     from schedd.node import Node, NodeConfig
     from schedd.store import EtcdConfig
 
@@ -291,6 +390,7 @@ def node(
         for field, flag in flags.items():
             message = message.replace(field, flag)
         raise click.BadParameter(message, param_hint=flags[str(exc).split()[0]]) from exc
+    tls = tls_files(tls_cert_file, tls_key_file, tls_ca_file, tls_server_name, server=True)
     nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
     bind_process(node=nid)  # every line this process logs names its node
     cfg = NodeConfig(
@@ -301,6 +401,8 @@ def node(
         http_listen=http_listen,
         http_actions=http_actions,
         auth=auth,
+        tls=tls,
+        max_message_bytes=max_message_bytes,
         etcd=etcd,
         prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
         partitions=partitions,
@@ -370,6 +472,7 @@ def node(
     help="worker token for clusters with auth on (prefer the env variable SCHEDD_WORKER_TOKEN:"
     " a flag shows in the process list)",
 )
+@tls_options("worker")
 @job_kind_options
 @metrics_option
 def worker(
@@ -383,12 +486,18 @@ def worker(
     data_dir: str | None,
     discover: bool,
     metrics_listen: str,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    tls_ca_file: str | None,
+    tls_server_name: str | None,
     **kinds: Any,
 ) -> None:
     """Run a worker: the handlers the given modules register, HTTP jobs (unless --no-http)
-    and, with --allow-shell, shell jobs."""
+    and, with --allow-shell, shell jobs. TLS to the nodes with --tls-ca-file (and a client
+    certificate for nodes that require one: --tls-cert-file, --tls-key-file)."""
     from schedd.worker._cli import run_worker_from_cli
 
+    tls = tls_files(tls_cert_file, tls_key_file, tls_ca_file, tls_server_name, server=False)
     http, shell = job_kind_configs(kinds)
     tune_gc()
     sys.exit(
@@ -405,6 +514,7 @@ def worker(
             shell=shell,
             metrics_listen=metrics_listen,
             token=token,
+            tls=tls,
         )
     )
 
@@ -415,8 +525,8 @@ def worker(
 )
 @click.option("--listen", default="127.0.0.1:7070", show_default=True)
 @job_kind_options
-@metrics_option(default="127.0.0.1:9464")  # type: ignore[untyped-decorator]
-@http_options(default="127.0.0.1:8080")  # type: ignore[untyped-decorator]
+@metrics_option(default="127.0.0.1:9464", https=False)  # type: ignore[untyped-decorator]
+@http_options(default="127.0.0.1:8080", https=False)  # type: ignore[untyped-decorator]
 def dev(
     data_dir: str,
     listen: str,

@@ -7,7 +7,7 @@ JSON-friendly views for output.
 """
 
 from schedd.client._async import AsyncClient
-from schedd.client._channel import IDEMPOTENT_METHODS, grpc_target, service_config
+from schedd.client._channel import IDEMPOTENT_METHODS, ClientTls, grpc_target, service_config
 from schedd.client._convert import (
     audit_to_dict,
     cluster_status_to_dict,
@@ -39,6 +39,7 @@ __all__ = [
     "AsyncClient",
     "BackfillResult",
     "Client",
+    "ClientTls",
     "CreateJobResult",
     "ExecutionList",
     "audit_to_dict",

@@ -8,7 +8,6 @@ import inspect
 import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -18,7 +17,7 @@ import grpc.aio
 from schedd._errors import InvalidArgument, SchedError
 from schedd._metadata import AUTHORIZATION, MetadataInterceptor
 from schedd._status import from_rpc_error, item_error_to_exception
-from schedd.client._channel import ChannelSpec, channel_spec
+from schedd.client._channel import ChannelSpec, TlsOption, channel_spec
 from schedd.client._convert import encode_payload, parse_time_ms
 from schedd.client._failover import FailoverStub
 from schedd.client._requests import (
@@ -40,6 +39,9 @@ MAX_BATCH = 10_000
 #: ``scripts/bench/create.py``: docs/performance.md).
 CREATE_CHUNK = 1000
 CREATE_IN_FLIGHT = 4
+#: ... and at most this many bytes of jobs per call, so a call fits the smallest message
+#: limit a node may have (``--max-message-bytes``, 4 MiB at least).
+CREATE_CHUNK_BYTES = 3 << 20
 _Resp = TypeVar("_Resp")
 _P = ParamSpec("_P")
 _Time = datetime | str | int
@@ -87,7 +89,7 @@ class AsyncClient:
         endpoints: str | Sequence[str] = "127.0.0.1:7070",
         *,
         timeout_s: float = 10.0,
-        tls: bool | str | Path | None = None,
+        tls: TlsOption = None,
         token: str | None = None,
     ) -> None:
         """Prepare one channel per endpoint (each connects on first use).
@@ -95,8 +97,17 @@ class AsyncClient:
         Args:
             endpoints: ``HOST:PORT`` items, as a sequence or comma-separated.
             timeout_s: The deadline of every call (all its tries on every node), in seconds.
-            tls: True for TLS with the system roots, or the path of a root certificate.
+            tls: TLS to the nodes: True (verified against the system's CAs), the path of the
+                CA certificate that signed them, or a :class:`~schedd.client.ClientTls` (a CA,
+                a client certificate and key for nodes that require one, a server name).
+                None: plaintext.
             token: an API token (``sdt_...``), sent with every call (clusters with auth on).
+
+        Raises:
+            InvalidArgument: A TLS file that cannot be used (``field``: ``tls`` or
+                ``tls.cert_file``...), or a token that cannot travel as metadata. A node that
+                refuses the TLS settings (or speaks TLS to a plaintext client) fails each call
+                with :class:`~schedd.TlsHandshakeFailed`, an ``Unavailable`` that says why.
         """
         spec = channel_spec(endpoints, tls)
         interceptors = [MetadataInterceptor(AUTHORIZATION, bearer(token))] if token else None
@@ -109,6 +120,7 @@ class AsyncClient:
             spec.targets,
             functools.partial(_open_channel, spec, interceptors),
             connect_timeout_s=min(2.0, timeout_s),
+            tls=spec.tls,
         )
         # The failover stub has the stub's methods (by name); typed as one for _call.
         self._stub = cast("scheduler_pb2_grpc.SchedulerAsyncStub", self._failover)
@@ -147,8 +159,9 @@ class AsyncClient:
     ) -> list[job_pb2.Job | SchedError]:
         """Create many jobs: per item, in order, the stored job or the error it failed with.
 
-        Any number of jobs: they go as ``BatchCreateJobs`` calls of ``chunk`` jobs, up to
-        ``in_flight`` of them at once (the node validates one while etcd writes another).
+        Any number of jobs: they go as ``BatchCreateJobs`` calls of ``chunk`` jobs (fewer when
+        they would carry more than 3 MiB), up to ``in_flight`` of them at once (the node
+        validates one while etcd writes another).
         ``progress(done, total)`` is called after each call returns (in the client's event
         loop: keep it quick). A call that fails as a whole (the node unreachable, a deadline)
         raises; the calls already answered have created their jobs, and creating the same jobs
@@ -160,14 +173,15 @@ class AsyncClient:
             raise InvalidArgument("in_flight", f"must be at least 1, got {in_flight}")
         total = len(jobs)
         parts: dict[int, list[job_pb2.Job | SchedError]] = {}
-        starts = list(range(0, total, chunk))
+        bounds = chunk_bounds([j.ByteSize() for j in jobs], chunk, CREATE_CHUNK_BYTES)
+        starts = [lo for lo, _ in bounds]
         done = 0
         gate = asyncio.Semaphore(in_flight)
 
-        async def send(lo: int) -> None:
+        async def send(lo: int, hi: int) -> None:
             nonlocal done
             async with gate:
-                req = scheduler_pb2.BatchCreateJobsRequest(jobs=jobs[lo : lo + chunk])
+                req = scheduler_pb2.BatchCreateJobsRequest(jobs=jobs[lo:hi])
                 resp = await self._call(self._stub.BatchCreateJobs, req)
             parts[lo] = [
                 r.ok.job if r.WhichOneof("outcome") == "ok" else item_error_to_exception(r.error)
@@ -177,7 +191,7 @@ class AsyncClient:
             if progress is not None:
                 progress(done, total)
 
-        tasks = [asyncio.ensure_future(send(lo)) for lo in starts]
+        tasks = [asyncio.ensure_future(send(lo, hi)) for lo, hi in bounds]
         try:
             await asyncio.gather(*tasks)
         except BaseException:
@@ -504,6 +518,25 @@ def bearer(token: str) -> str:
     if not value or any(c in value for c in "\r\n\0 ") or not value.isascii():
         raise InvalidArgument("token", "must be one line of ASCII without spaces (sdt_...)")
     return f"Bearer {value}"
+
+
+def chunk_bounds(sizes: Sequence[int], most: int, most_bytes: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` slices of items with these byte ``sizes``: at most ``most`` items and
+    ``most_bytes`` bytes each, in order (an item larger than ``most_bytes`` goes alone).
+
+    Example: sizes ``[2, 2, 2, 5, 1]``, most 3, most_bytes 5 -> ``[(0, 2), (2, 3), (3, 4),
+    (4, 5)]``.
+    """
+    bounds: list[tuple[int, int]] = []
+    lo, held = 0, 0
+    for i, size in enumerate(sizes):
+        if i > lo and (i - lo >= most or held + size > most_bytes):
+            bounds.append((lo, i))
+            lo, held = i, 0
+        held += size
+    if lo < len(sizes):
+        bounds.append((lo, len(sizes)))
+    return bounds
 
 
 def _open_channel(

@@ -12,6 +12,8 @@ from pathlib import Path
 import grpc
 
 from schedd._errors import InvalidArgument
+from schedd._limits import message_size_options
+from schedd._tls import TlsConfigError, TlsFiles
 
 SERVICE = "schedd.v1.Scheduler"
 #: Methods that only read: safe to send again, on another node (see ``_failover``).
@@ -33,10 +35,11 @@ def service_config() -> str:
 
 
 def channel_options() -> list[tuple[str, str | int]]:
-    """Channel arguments: the service config, keepalive that servers accept, and reconnects
+    """Channel arguments: the service config, keepalive that servers accept, reconnects
     within a second (gRPC's default backoff grows to two minutes, during which a node that came
-    back would still be skipped as down)."""
+    back would still be skipped as down), and explicit message size limits."""
     return [
+        *message_size_options(),
         ("grpc.service_config", service_config()),
         ("grpc.enable_retries", 0),
         ("grpc.keepalive_time_ms", 30_000),
@@ -114,15 +117,61 @@ def grpc_target(endpoints: str | Sequence[str]) -> str:
     return "ipv4:" + ",".join(resolved)
 
 
+class ClientTls(TlsFiles):
+    """TLS to the nodes, as :class:`~schedd.client.Client` and the worker take it.
+
+    Every field is optional; the files are read (once) when the client is made::
+
+        ClientTls(ca_file="ca.pem")                      # verify the nodes against this CA
+        ClientTls(ca_file="ca.pem", cert_file="client.pem", key_file="client-key.pem")  # mTLS
+        ClientTls(ca_file="ca.pem", server_name="schedd.internal")  # nodes dialled by IP
+
+    Attributes:
+        ca_file: The CA certificates (PEM) the nodes' certificates are verified against
+            (None: the system's CAs).
+        cert_file: The client certificate (PEM), for nodes that require one (started with
+            a CA: mutual TLS). With ``key_file``.
+        key_file: Its private key (PEM, not encrypted).
+        server_name: The name the nodes' certificates must hold, when it is not the host
+            dialled.
+    """
+
+
+#: How a client is told to use TLS: True (the system's CAs), a CA file, or a ClientTls.
+TlsOption = bool | str | Path | TlsFiles | None
+
+
+def client_tls(tls: TlsOption) -> TlsFiles | None:
+    """The TLS settings ``tls=`` stands for, its files read (None: plaintext).
+
+    Raises:
+        InvalidArgument: A file that cannot be used; the field is ``tls`` (a CA path) or
+            ``tls.<setting>``.
+    """
+    if tls is None or tls is False:
+        return None
+    files = tls if isinstance(tls, TlsFiles) else ClientTls(ca_file=None if tls is True else tls)
+    try:
+        _ = files.material
+    except TlsConfigError as exc:
+        if isinstance(tls, TlsFiles):
+            names = {f: f"tls.{f}" for f in ("cert_file", "key_file", "ca_file", "server_name")}
+        else:
+            names = {"ca_file": "tls"}
+        raise InvalidArgument(names[exc.field], exc.reason(names)) from exc
+    return files
+
+
 @dataclass(frozen=True)
 class ChannelSpec:
     """Where and how to connect: the endpoints and each one's channel target, channel options
-    and optional TLS credentials."""
+    and optional TLS (its settings, for diagnosing a failed handshake, and credentials)."""
 
     endpoints: list[str]
     targets: list[str]
     options: list[tuple[str, str | int]]
     credentials: grpc.ChannelCredentials | None
+    tls: TlsFiles | None = None
 
     @property
     def target(self) -> str:
@@ -130,16 +179,14 @@ class ChannelSpec:
         return grpc_target(self.endpoints)
 
 
-def channel_spec(endpoints: str | Sequence[str], tls: bool | str | Path | None) -> ChannelSpec:
-    """The channel targets and settings; ``tls`` is True (system roots) or a root cert path."""
+def channel_spec(endpoints: str | Sequence[str], tls: TlsOption) -> ChannelSpec:
+    """The channel targets and settings; ``tls`` is True (system roots), a root cert path or
+    a :class:`ClientTls` (see :func:`client_tls`)."""
+    files = client_tls(tls)
+    options = channel_options()
     creds: grpc.ChannelCredentials | None = None
-    if tls is True:
-        creds = grpc.ssl_channel_credentials()
-    elif tls:
-        try:
-            roots = Path(tls).read_bytes()
-        except OSError as exc:
-            raise InvalidArgument("tls", f"cannot read root certificate {tls}: {exc}") from exc
-        creds = grpc.ssl_channel_credentials(root_certificates=roots)
+    if files is not None:
+        creds = files.channel_credentials()
+        options += files.channel_options()
     items = split_endpoints(endpoints)
-    return ChannelSpec(items, [grpc_target(e) for e in items], channel_options(), creds)
+    return ChannelSpec(items, [grpc_target(e) for e in items], options, creds, files)

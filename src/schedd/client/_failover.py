@@ -21,7 +21,10 @@ ALREADY_EXISTS although the first attempt succeeded.
 The endpoints are tried from the last one that answered (:class:`Rotation`); a round that
 reaches none is followed by a short jittered pause (:class:`Backoff`) and another round, up to
 ``max_rounds`` and within the call's deadline. When none answers, :class:`~schedd.Unavailable`
-names every endpoint and why it failed.
+names every endpoint and why it failed. An endpoint whose channel failed to connect is asked
+why (:func:`schedd._handshake.diagnose`): when TLS is the reason (a plaintext client and a TLS
+node, a certificate not trusted, a client certificate missing or refused) the reason says so,
+and the error is :class:`~schedd.TlsHandshakeFailed`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from schedd._errors import Unavailable
+from schedd._errors import TlsHandshakeFailed, Unavailable
+from schedd._handshake import Diagnosis, Mismatch, diagnose
+from schedd._tls import TlsFiles
 from schedd.client._channel import IDEMPOTENT_METHODS
 from schedd.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -109,6 +114,7 @@ async def call_with_failover(
     max_rounds: int = 3,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    unreachable: Callable[[int, float], Awaitable[str]] | None = None,
 ) -> _R:
     """Send one call to the first endpoint that takes it, in ``rotation`` order.
 
@@ -124,6 +130,8 @@ async def call_with_failover(
         backoff: The pause between rounds.
         max_rounds: Rounds over every endpoint before giving up.
         clock, sleep: Monotonic time and waiting (injected by tests).
+        unreachable: ``unreachable(i, timeout)``: why endpoint ``i`` did not connect, for the
+            error message (default: "not reachable").
 
     Raises:
         grpc.RpcError: The call failed in a way that is not retried (any answer from a node,
@@ -142,7 +150,8 @@ async def call_with_failover(
             if left <= 0:
                 break
             if not await connect(i, min(left, connect_timeout_s)):
-                why[i] = "not reachable"
+                left = deadline - clock()
+                why[i] = await unreachable(i, left) if unreachable and left > 0 else "not reachable"
                 continue
             left = deadline - clock()
             if idempotent and rotation.count > 1:
@@ -187,8 +196,12 @@ class FailoverStub:
         *,
         connect_timeout_s: float = 2.0,
         backoff: Backoff | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.endpoints = list(endpoints)
+        self.tls = tls
+        # Endpoints whose channel was seen failing (not merely slow) by the latest _ready.
+        self._failed: set[int] = set()
         self._targets = list(targets)
         self._make_channel = make_channel
         self._channels: dict[int, grpc.aio.Channel] = {}
@@ -206,16 +219,36 @@ class FailoverStub:
         async def send(i: int, left: float) -> Any:
             return await getattr(self._stub(i), method)(request, timeout=left)
 
-        return await call_with_failover(
-            self.endpoints,
-            self.rotation,
-            idempotent=is_idempotent(method, request),
-            connect=self._ready,
-            send=send,
-            timeout_s=timeout,
-            connect_timeout_s=self.connect_timeout_s,
-            backoff=self.backoff,
-        )
+        diagnoses: dict[int, Diagnosis] = {}
+
+        async def unreachable(i: int, left: float) -> str:
+            if i not in self._failed:
+                return "not reachable"  # still connecting when its time was up
+            diagnosis = await diagnose(self.endpoints[i], self.tls, min(left, 2.0))
+            if diagnosis is None:
+                return "not reachable"
+            diagnoses[i] = diagnosis
+            return f"{diagnosis}: {SDK_HINTS[diagnosis.mismatch]}"
+
+        try:
+            return await call_with_failover(
+                self.endpoints,
+                self.rotation,
+                idempotent=is_idempotent(method, request),
+                connect=self._ready,
+                send=send,
+                timeout_s=timeout,
+                connect_timeout_s=self.connect_timeout_s,
+                backoff=self.backoff,
+                unreachable=unreachable,
+            )
+        except Unavailable as exc:
+            if not diagnoses:
+                raise
+            i, first = min(diagnoses.items())
+            raise TlsHandshakeFailed(
+                str(exc), self.endpoints[i], first.mismatch.name, first.detail
+            ) from None
 
     def _stub(self, i: int) -> scheduler_pb2_grpc.SchedulerStub:
         if i not in self._stubs:
@@ -227,13 +260,17 @@ class FailoverStub:
         """Whether endpoint ``i``'s channel is connected, waiting up to ``timeout`` while it
         connects; False at once when it fails to (refused, unresolvable)."""
         self._stub(i)
+        self._failed.discard(i)
         channel = self._channels[i]
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout
         state = channel.get_state(try_to_connect=True)
         while state is not grpc.ChannelConnectivity.READY:
             left = until - loop.time()
-            if state in _DOWN or left <= 0:
+            if state in _DOWN:
+                self._failed.add(i)
+                return False
+            if left <= 0:
                 return False
             try:
                 await asyncio.wait_for(channel.wait_for_state_change(state), left)
@@ -248,3 +285,13 @@ class FailoverStub:
 
 
 _DOWN = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+
+#: What an SDK caller can do about each TLS mismatch (appended to its reason).
+SDK_HINTS = {
+    Mismatch.SPEAKS_TLS: "connect with TLS (tls=True, the CA file, or a ClientTls)",
+    Mismatch.PLAINTEXT: "connect without tls=",
+    Mismatch.UNTRUSTED: "give the CA that signed the nodes' certificates (ClientTls(ca_file=...))",
+    Mismatch.WRONG_NAME: "give the name they hold (ClientTls(server_name=...))",
+    Mismatch.CERT_REQUIRED: "give one (ClientTls(cert_file=..., key_file=...))",
+    Mismatch.CERT_REFUSED: "give one signed by the CA the nodes trust",
+}

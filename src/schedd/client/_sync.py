@@ -14,11 +14,11 @@ import functools
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from schedd.client._async import AsyncClient
+from schedd.client._channel import TlsOption
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -69,7 +69,7 @@ async def _next(items: AsyncIterator[_T]) -> Any:
 async def _make_async(
     endpoints: str | Sequence[str],
     timeout_s: float,
-    tls: bool | str | Path | None,
+    tls: TlsOption,
     token: str | None,
 ) -> AsyncClient:
     # On its loop, in its thread.
@@ -109,7 +109,7 @@ class Client:
         endpoints: str | Sequence[str] = "127.0.0.1:7070",
         *,
         timeout_s: float = 10.0,
-        tls: bool | str | Path | None = None,
+        tls: TlsOption = None,
         token: str | None = None,
     ) -> None:
         """Open a channel over every endpoint (the arguments of :class:`AsyncClient`).
@@ -117,7 +117,15 @@ class Client:
         Args:
             endpoints: ``HOST:PORT`` items, as a sequence or comma-separated.
             timeout_s: The deadline of every call, in seconds.
-            tls: True for TLS with the system roots, or the path of a root certificate.
+            tls: TLS to the nodes: True (the system's CAs), the path of the CA certificate
+                that signed them, or a :class:`~schedd.client.ClientTls` with a client
+                certificate (mutual TLS) and a server name::
+
+                    Client("10.0.0.1:7070", tls=ClientTls(ca_file="ca.pem",
+                           cert_file="client.pem", key_file="client-key.pem"))
+
+                None: plaintext. A node refusing them fails calls with
+                :class:`~schedd.TlsHandshakeFailed`.
             token: an API token (``sdt_...``), sent with every call (clusters with auth on).
         """
         self._closed = False

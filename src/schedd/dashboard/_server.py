@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from schedd._errors import InvalidArgument, NotFound, PermissionDenied, SchedError
+from schedd._limits import HTTP_MAX_REQUEST_BYTES
+from schedd._tls import TlsFiles
 from schedd._web import bound_address, serve
 from schedd.auth import ANONYMOUS, VIEWER, Caller, acting_as, current
 from schedd.client._fires import next_fires
@@ -88,11 +90,16 @@ def _safe_next(value: str) -> str:
 class DashboardServer:
     """Serves the dashboard of ``node`` on ``listen`` (HOST:PORT; port 0: any free one)."""
 
-    def __init__(self, node: Node, listen: str, actions: bool = False) -> None:
+    def __init__(
+        self, node: Node, listen: str, actions: bool = False, *, tls: TlsFiles | None = None
+    ) -> None:
         self.node = node
         self.listen = listen
         self.actions = actions
         self.auth = node.config.auth
+        #: HTTPS with this certificate (the node's, when its gRPC port serves TLS); no client
+        #: certificate is asked (a browser has none). None: HTTP.
+        self.tls = tls
         self.port = 0
         self._secret = new_secret()
         self._runner: web.AppRunner | None = None
@@ -103,10 +110,12 @@ class DashboardServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}/"
+        return f"{'https' if self.tls else 'http'}://{self.address}/"
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_headers, self._signed_in], client_max_size=64 * 1024)
+        app = web.Application(
+            middlewares=[_headers, self._signed_in], client_max_size=HTTP_MAX_REQUEST_BYTES
+        )
         r = app.router
         r.add_get("/login", self._login_page)
         r.add_post("/login", self._login)
@@ -123,7 +132,8 @@ class DashboardServer:
         return app
 
     async def start(self) -> None:
-        self._runner, self.port = await serve(self.app(), self.listen, "dashboard")
+        context = self.tls.server_ssl_context() if self.tls is not None else None
+        self._runner, self.port = await serve(self.app(), self.listen, "dashboard", context)
         log.info("dashboard on %s (%s)", self.url, "actions on" if self.actions else "read-only")
 
     async def stop(self) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schedd._limits import GRPC_MAX_MESSAGE_BYTES
+from schedd._tls import TlsFiles
 from schedd.store import DEFAULT_PREFIX, EtcdConfig, Keyring
 
 
@@ -18,6 +20,13 @@ class NodeConfig:
         advertise: address other parties should use; defaults to ``listen``.
         metrics_listen: ``host:port`` of the Prometheus ``/metrics`` endpoint ("": none).
         http_listen: ``host:port`` of the web dashboard ("": none).
+        tls: TLS on the gRPC port (None: plaintext). Its certificate serves every service;
+            with a CA, clients (workers, schedctl, peers) must present a certificate signed
+            by it. The node dials its peers with TLS too, its own certificate as client
+            certificate. The dashboard and the metrics endpoint serve HTTPS with the same
+            certificate, asking no client certificate (browsers, Prometheus).
+        max_message_bytes: the largest gRPC message the node receives or sends (larger ones
+            are refused with RESOURCE_EXHAUSTED); also the limit of its calls to peers.
         http_actions: whether the dashboard offers pause, resume, trigger and redrive (off:
             read-only, every POST answers 403).
         auth: whether API calls, worker streams, peer calls and the dashboard need a token
@@ -87,6 +96,8 @@ class NodeConfig:
     http_listen: str = ""
     http_actions: bool = False
     auth: bool = False
+    tls: TlsFiles | None = None
+    max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES
     etcd: EtcdConfig = field(default_factory=EtcdConfig)
     prefix: bytes = DEFAULT_PREFIX
     partitions: int = 64

@@ -19,6 +19,8 @@ from typing import TypeVar, cast
 import grpc
 import grpc.aio
 
+from schedd._limits import GRPC_MAX_MESSAGE_BYTES, message_size_options
+from schedd._tls import TlsFiles
 from schedd.node._views import missing_node
 from schedd.v1 import peer_pb2_grpc, scheduler_pb2
 
@@ -26,9 +28,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Channel options of the node-to-node channels (answers can be whole pages of executions).
+#: Channel options of the node-to-node channels besides the message size limits (answers
+#: can be whole pages of executions: the node's own ``max_message_bytes``).
 _CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     # A peer's channel is kept: gRPC's default backoff (growing to 120 s) would leave a peer
     # that was down for a while "missing" from every view long after it came back.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -48,10 +50,19 @@ class Fanout:
         members: node id -> advertised gRPC address of every live node, as membership sees
             it now (called at every ask).
         timeout_s: the deadline of each peer's answer.
+        tls: the node's TLS settings (None: plaintext). Peers are verified against its CA
+            (or the system's) and shown its certificate as client certificate.
+        max_message_bytes: the message size limit of the calls to peers, both ways.
     """
 
     def __init__(
-        self, node_id: str, members: Callable[[], Mapping[str, str]], timeout_s: float
+        self,
+        node_id: str,
+        members: Callable[[], Mapping[str, str]],
+        timeout_s: float,
+        *,
+        tls: TlsFiles | None = None,
+        max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
     ) -> None:
         self.node_id = node_id
         self.members = members
@@ -59,6 +70,14 @@ class Fanout:
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: With auth on: adds the cluster's peer secret to every call (see :mod:`schedd.auth`).
         self.interceptors: list[grpc.aio.ClientInterceptor] = []
+        self._options: list[tuple[str, str | int]] = [
+            *_CHANNEL_OPTIONS,
+            *message_size_options(max_message_bytes),
+        ]
+        self._credentials: grpc.ChannelCredentials | None = None
+        if tls is not None:
+            self._credentials = tls.channel_credentials()
+            self._options += tls.channel_options()
 
     async def ask(
         self,
@@ -114,9 +133,15 @@ class Fanout:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=_CHANNEL_OPTIONS, interceptors=self.interceptors or None
-            )
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(
+                    address, options=self._options, interceptors=self.interceptors or None
+                )
+            else:
+                channel = grpc.aio.secure_channel(
+                    address, self._credentials, self._options,
+                    interceptors=self.interceptors or None,
+                )  # fmt: skip
             self._channels[address] = channel
         return channel
 

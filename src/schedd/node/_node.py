@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import EncryptionKeyError, SchedError, Unavailable
+from schedd._limits import message_size_options
 from schedd._supervise import supervised
 from schedd.auth import (
     PEER_METADATA,
@@ -93,13 +94,19 @@ log = logging.getLogger(__name__)
 #: What a node publishes as its version (node records, cluster status).
 VERSION = "0.1.0"
 
+#: Options of the node's gRPC server besides the message size limits (``max_message_bytes``).
 SERVER_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+
+
+def _security(cfg: NodeConfig) -> str:
+    """How the node's gRPC port is secured, for its start line."""
+    if cfg.tls is None:
+        return "plaintext"
+    return "TLS, client certificates required" if cfg.tls.ca_file else "TLS"
 
 
 class Node:
@@ -193,7 +200,13 @@ class Node:
         self.jobs = JobStore(
             self.kv, self.keys, cfg.partitions, batch=cfg.txn_items, sealer=self.sealer
         )
-        self.fanout = Fanout(cfg.node_id, self._members, cfg.peer_timeout_ms / 1000)
+        self.fanout = Fanout(
+            cfg.node_id,
+            self._members,
+            cfg.peer_timeout_ms / 1000,
+            tls=cfg.tls,
+            max_message_bytes=cfg.max_message_bytes,
+        )
         self.views = ClusterViews(self, self.fanout, self.jobs)
         await self._start_auth()
         await self._serve()
@@ -201,10 +214,12 @@ class Node:
         if self.metrics is not None:
             node_gauges(self, self.metrics)
             if cfg.metrics_listen:
-                self.metrics_server = MetricsServer(self.metrics, cfg.metrics_listen)
+                self.metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
                 await self.metrics_server.start()
         if cfg.http_listen:
-            self.dashboard = DashboardServer(self, cfg.http_listen, actions=cfg.http_actions)
+            self.dashboard = DashboardServer(
+                self, cfg.http_listen, actions=cfg.http_actions, tls=cfg.tls
+            )
             await self.dashboard.start()
         await self._watch_tenants()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
@@ -219,8 +234,8 @@ class Node:
             self._run_supervised("history prune", pruner.run)
             self._run_supervised("audit prune", self._prune_audit)
         log.info(
-            "node %s serving on %s (P=%d)", cfg.node_id, self.address, cfg.partitions,
-            extra={"node": cfg.node_id},
+            "node %s serving on %s (P=%d, %s)", cfg.node_id, self.address, cfg.partitions,
+            _security(cfg), extra={"node": cfg.node_id},
         )  # fmt: skip
 
     async def _start_auth(self) -> None:
@@ -354,8 +369,10 @@ class Node:
         return self.config.advertise or f"{host}:{self.port}"
 
     async def _serve(self) -> None:
+        cfg = self.config
         interceptors = [MetricsInterceptor(self.recorder.grpc_request)] if self.metrics else []
-        self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        options = [*SERVER_OPTIONS, *message_size_options(cfg.max_message_bytes)]
+        self.server = grpc.aio.server(options=options, interceptors=interceptors)
         servicer = SchedulerServicer(self.api, self.gate)
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, self.server)
         peer = PeerServicer(PeerAnswers(self, page_size), self.peer_secret)
@@ -370,9 +387,12 @@ class Node:
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(self.config.listen)
+        if cfg.tls is None:
+            self.port = self.server.add_insecure_port(cfg.listen)
+        else:
+            self.port = self.server.add_secure_port(cfg.listen, cfg.tls.server_credentials())
         if self.port == 0:
-            raise Unavailable(f"cannot listen on {self.config.listen}")
+            raise Unavailable(f"cannot listen on {cfg.listen}")
         await self.server.start()
         self.health.set_serving(True)
 

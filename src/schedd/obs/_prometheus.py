@@ -39,6 +39,8 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from schedd import __version__
+from schedd._limits import HTTP_MAX_REQUEST_BYTES
+from schedd._tls import TlsFiles
 from schedd._web import bound_address, serve
 from schedd.v1 import worker_pb2
 
@@ -382,24 +384,34 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
 
 class MetricsServer:
-    """Serves ``/metrics`` (and a one-line index at ``/``) over HTTP on ``listen``."""
+    """Serves ``/metrics`` (and a one-line index at ``/``) on ``listen``: over HTTPS with the
+    certificate of ``tls`` when it has one (no client certificate asked: Prometheus scrapes
+    it with the CA only), else over HTTP."""
 
-    def __init__(self, recorder: PrometheusRecorder, listen: str) -> None:
+    def __init__(
+        self, recorder: PrometheusRecorder, listen: str, *, tls: TlsFiles | None = None
+    ) -> None:
         self.recorder = recorder
         self.listen = listen
         self.port = 0
+        self.tls = tls if tls is not None and tls.has_certificate else None
         self._runner: web.AppRunner | None = None
 
     @property
     def address(self) -> str:
         return bound_address(self.listen, self.port)
 
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.address}/metrics"
+
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=HTTP_MAX_REQUEST_BYTES)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/", self._index)
-        self._runner, self.port = await serve(app, self.listen, "metrics")
-        log.info("metrics on http://%s/metrics", self.address)
+        context = self.tls.server_ssl_context() if self.tls is not None else None
+        self._runner, self.port = await serve(app, self.listen, "metrics", context)
+        log.info("metrics on %s", self.url)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = self.recorder.exposition()

@@ -22,7 +22,7 @@ from schedd.worker._connection import NodeConnection
 from schedd.worker._context import Context, decode_payload
 from schedd.worker._credits import CreditPool
 from schedd.worker._execution import Execution, begin
-from schedd.worker._executor import Executor, Outcome, Runtime, target_kind
+from schedd.worker._executor import Executor, Outcome, Runtime, fit_result, target_kind
 from schedd.worker._hold import Held, HoldQueue
 from schedd.worker._ledger import Ledger
 from schedd.worker._timers import DeadlineQueue, HeartbeatTicker
@@ -399,11 +399,12 @@ class Attempts:
         result.attempt = d.attempt
         result.outcome = outcome.code  # type: ignore[assignment]
         if outcome.error or outcome.output:
-            if outcome.error:
-                result.error = outcome.error
-            if outcome.output:
-                result.output = outcome.output
-            conn.result_bytes(len(outcome.output) + len(outcome.error))
+            output, error = fit_result(eid, outcome.output, outcome.error)
+            if error:
+                result.error = error
+            if output:
+                result.output = output
+            conn.result_bytes(len(output) + len(error))
         if outcome.retry_after_ms:
             result.retry_after_ms = outcome.retry_after_ms
         result.started_ms = started = ex.started_ms

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from schedd._errors import SchedError
 from schedd._logfmt import bind_process
+from schedd._tls import TlsFiles
 from schedd.worker._config import WorkerConfig
 from schedd.worker._http import HttpConfig, HttpExecutor
 from schedd.worker._worker import Worker
@@ -40,6 +41,7 @@ def run_worker_from_cli(
     shell: ShellConfig | None = None,
     metrics_listen: str = "",
     token: str | None = None,
+    tls: TlsFiles | None = None,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
@@ -55,8 +57,10 @@ def run_worker_from_cli(
         discover: Connect to every live node the given ones name, not only to them.
         http: Run HTTP jobs with this configuration (None: this worker does not run them).
         shell: Run shell jobs with this configuration (None: refused, never announced).
-        metrics_listen: Serve Prometheus metrics at ``http://HOST:PORT/metrics`` ("": off).
+        metrics_listen: Serve Prometheus metrics at ``http://HOST:PORT/metrics`` ("": off;
+            HTTPS when ``tls`` has a certificate).
         token: The worker token streams open with (clusters with auth on).
+        tls: TLS to the nodes (None: plaintext).
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -73,6 +77,7 @@ def run_worker_from_cli(
             discover=discover,
             metrics_listen=metrics_listen,
             token=token or None,
+            tls=tls,
         )
         worker = Worker(config)
         # Every line this process logs names the worker (its id is known once it started).

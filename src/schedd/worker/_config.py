@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schedd._tls import TlsFiles
 from schedd.worker._ledger import DEFAULT_TTL_S
 
 
@@ -46,6 +47,11 @@ class WorkerConfig:
         forget_node_after_s: A connection to an address out of the membership this long is
             closed, once it carries no running execution.
         metrics_listen: ``host:port`` of a Prometheus ``/metrics`` endpoint ("": none).
+            Served over HTTPS with ``tls``'s certificate when it has one.
+        tls: TLS to the nodes (None: plaintext), e.g. a :class:`schedd.client.ClientTls`: the
+            nodes' certificates are verified against its CA (None: the system's), and its
+            certificate, if any, is this worker's client certificate (nodes started with a
+            CA require one). Its files are read once, when the worker is made.
     """
 
     endpoints: tuple[str, ...]
@@ -67,6 +73,7 @@ class WorkerConfig:
     forget_node_after_s: float = 30.0
     metrics_listen: str = ""
     token: str | None = field(default=None, repr=False)
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         # Callers (and the keyword convenience of Worker) may pass a str, lists or a str path.

@@ -16,6 +16,9 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
+from schedd._handshake import diagnose
+from schedd._limits import message_size_options
+from schedd._tls import TlsFiles
 from schedd.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -26,8 +29,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
-    # A node coalesces what accumulates while a send is in flight into one message.
-    ("grpc.max_receive_message_length", 64 << 20),
+    # A node coalesces what accumulates while a send is in flight into one message (sealed
+    # at 3 MiB: dispatch/_session.py); the limit is explicit both ways.
+    *message_size_options(),
     # A channel of its own for each attempt, with a fresh connection attempt: from the shared
     # (process-wide) subchannel pool a new channel inherits the failure backoff of an earlier
     # one to the same address (gRPC's own, 1 s growing 1.6x), and a node restarted on the same
@@ -49,6 +53,16 @@ MAX_RESULT_BYTES = 3 << 20
 #: broke the protocol): logged as one line. Anything else is a bug and logged with its
 #: traceback; either way the connection reconnects.
 _EXPECTED_FAILURES = (grpc.RpcError, ConnectionError, OSError, TimeoutError)
+
+
+def open_channel(
+    endpoint: str, tls: TlsFiles | None, options: tuple[tuple[str, Any], ...] = CHANNEL_OPTIONS
+) -> grpc.aio.Channel:
+    """A channel to a node: plaintext, or TLS with ``tls``'s CA, certificate and name."""
+    if tls is None:
+        return grpc.aio.insecure_channel(endpoint, options=options)
+    opts = [*options, *tls.channel_options()]
+    return grpc.aio.secure_channel(endpoint, tls.channel_credentials(), opts)
 
 
 class StreamOwner(Protocol):
@@ -96,14 +110,17 @@ class NodeConnection:
         *,
         backoff: tuple[float, float] = (0.1, 5.0),
         close_timeout_s: float = 5.0,
+        tls: TlsFiles | None = None,
     ) -> None:
         """Args:
         owner: The worker this stream serves.
         endpoint: The node's ``host:port``.
         backoff: The first and the longest reconnect delay, seconds (full jitter).
         close_timeout_s: What :meth:`stop` waits for a graceful close by default.
+        tls: TLS to the node (None: plaintext).
         """
         self.endpoint = endpoint
+        self.tls = tls
         self.welcome: worker_pb2.Welcome | None = None
         self.live = False
         #: Credits granted on the current stream and not yet used by a dispatch.
@@ -314,7 +331,7 @@ class NodeConnection:
                 raise
             except _EXPECTED_FAILURES as e:
                 log.warning(
-                    "stream to %s failed: %s", self.endpoint, _describe(e),
+                    "stream to %s failed: %s; retrying", self.endpoint, await self._why(e),
                     extra=self._log_fields(),
                 )  # fmt: skip
                 welcomed = False
@@ -335,6 +352,15 @@ class NodeConnection:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._pause_ends(), timeout=delay)
+
+    async def _why(self, e: BaseException) -> str:
+        """What went wrong, in words: TLS named as the reason when it is (gRPC only says
+        "Socket closed" when a node refuses this worker's certificate)."""
+        if _connect_failed(e):
+            diagnosis = await diagnose(self.endpoint, self.tls)
+            if diagnosis is not None:
+                return f"TLS: {diagnosis}"
+        return _describe(e)
 
     def _log_fields(self) -> dict[str, object]:
         """``extra=`` of this stream's log lines: the worker, and the node once it answered."""
@@ -363,7 +389,7 @@ class NodeConnection:
 
     async def _serve_once(self) -> bool:
         self._retry.clear()
-        async with grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS) as channel:
+        async with open_channel(self.endpoint, self.tls) as channel:
             call = worker_pb2_grpc.WorkerStub(channel).Connect(
                 metadata=self._owner.call_metadata() or None
             )
@@ -494,6 +520,15 @@ def _new_message() -> tuple[worker_pb2.WorkerMessage, worker_pb2.WorkerBatch]:
     batch = msg.batch
     batch.SetInParent()
     return msg, batch
+
+
+def _connect_failed(e: BaseException) -> bool:
+    """Whether ``e`` is gRPC failing to connect for a reason other than a refused connection
+    (nothing listening): where TLS may be why."""
+    if not isinstance(e, grpc.aio.AioRpcError) or e.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = e.details() or ""
+    return "failed to connect" in details and "refused" not in details.lower()
 
 
 def _describe(e: BaseException) -> str:

@@ -28,6 +28,7 @@ from typing import Protocol
 import grpc
 import grpc.aio
 
+from schedd._tls import TlsFiles
 from schedd.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -120,16 +121,24 @@ class StatusQuery:
     def __init__(
         self,
         options: Sequence[tuple[str, object]] = (),
+        tls: TlsFiles | None = None,
         metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._options = list(options)
         self._metadata = tuple(metadata) or None
+        self._credentials: grpc.ChannelCredentials | None = None
+        if tls is not None:
+            self._credentials = tls.channel_credentials()
+            self._options += tls.channel_options()
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def __call__(self, address: str, timeout: float) -> dict[str, str]:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=self._options)
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=self._options)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials, self._options)
             self._channels[address] = channel
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         # local_only: the node's own membership view is all discovery needs; no fan-out.

@@ -25,15 +25,22 @@ Worked example: an executor that answers every shell job at once::
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from schedd._limits import GRPC_MAX_MESSAGE_BYTES
 from schedd.v1 import job_pb2, worker_pb2
 from schedd.worker._context import Context, PermanentError, encode_value
 from schedd.worker._threads import ThreadBridge
 
 #: The kinds of job target an executor may be added for (a ``schedd.v1.Job`` oneof name).
 EXECUTOR_KINDS: Final = ("http", "shell")
+log = logging.getLogger("schedd.worker._worker")
+#: The most output and error text one result carries: it must fit a message on the stream
+#: (16 MiB, schedd._limits) with room to spare. A larger output is dropped, the outcome kept:
+#: sent, it would fail the stream at every reconnect.
+MAX_RESULT_OUTPUT_BYTES = GRPC_MAX_MESSAGE_BYTES // 2
 
 
 @dataclass(slots=True)
@@ -141,3 +148,15 @@ def no_executor_error(d: worker_pb2.Dispatch) -> str:
     if not kind:
         return f"execution {d.execution_id} names no handler and has no target"
     return f"no executor for {kind} jobs on this worker (job {d.job_id})"
+
+
+def fit_result(execution_id: str, output: bytes, error: str) -> tuple[bytes, str]:
+    """``output`` and ``error`` as a result carries them: unchanged when together at most
+    :data:`MAX_RESULT_OUTPUT_BYTES`; else the output dropped (and the error cut to fit),
+    saying so in the error."""
+    most = MAX_RESULT_OUTPUT_BYTES
+    if len(output) + len(error) <= most:
+        return output, error
+    note = f"output of {len(output)} bytes dropped: a result carries at most {most}"
+    log.warning("execution %s: %s", execution_id, note, extra={"execution": execution_id})
+    return b"", f"{error[: most - len(note) - 2]}; {note}" if error else note

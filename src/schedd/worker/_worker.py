@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import schedd
 from schedd._clock import Clock, SystemClock
 from schedd._metadata import AUTHORIZATION
+from schedd._tls import TlsConfigError
 from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.obs._prometheus import MetricsServer, PrometheusRecorder
 from schedd.v1 import worker_pb2
@@ -92,7 +93,8 @@ class Worker:
         options: WorkerConfig fields, when ``config`` is not one.
 
         Raises:
-            ValueError: A config value out of range.
+            ValueError: A config value out of range, or a TLS file that cannot be used
+                (naming it: ``tls.cert_file: cannot read ...``).
             TypeError: An unknown option, or options beside a WorkerConfig.
         """
         if isinstance(config, WorkerConfig):
@@ -101,6 +103,12 @@ class Worker:
         else:
             config = WorkerConfig(tuple([config] if isinstance(config, str) else config), **options)
         self.config = config
+        if config.tls is not None:
+            try:
+                _ = config.tls.material  # read now: a bad file fails here, not at each connect
+            except TlsConfigError as exc:
+                names = {f: f"tls.{f}" for f in ("cert_file", "key_file", "ca_file")}
+                raise ValueError(exc.message(names)) from exc
         self.capacity = config.capacity
         self.prefetch = config.prefetch
         #: Resolved at start when the config leaves them out (a kept id, a temporary dir).
@@ -259,12 +267,14 @@ class Worker:
         if self.metrics is not None:
             self._register_gauges(self.metrics)
             if cfg.metrics_listen:
-                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen)
+                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
                 await self._metrics_server.start()
         for ep in cfg.endpoints:
             self._connect(ep)
         if cfg.discover:
-            self._status_query = StatusQuery(CHANNEL_OPTIONS, self.call_metadata())
+            self._status_query = StatusQuery(
+                CHANNEL_OPTIONS, tls=cfg.tls, metadata=self.call_metadata()
+            )
             self._discovery = Discovery(
                 cfg.endpoints,
                 NodeDirectory(cfg.forget_node_after_s),
@@ -381,6 +391,7 @@ class Worker:
             endpoint,
             backoff=(cfg.reconnect_min_s, cfg.reconnect_max_s),
             close_timeout_s=cfg.stream_close_timeout_s,
+            tls=cfg.tls,
         )
         self._conns[endpoint] = conn
         conn.start()
