@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from integration.cluster_harness import Harness, eventually
-from schedd import NotFound, PermissionDenied, ResourceExhausted, Unauthenticated
+from schedd import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unauthenticated
 from schedd.auth import TokenStore
 from schedd.client import AsyncClient
 from schedd.dev import EtcdProcess
@@ -223,9 +223,15 @@ async def test_quotas_refuse_with_resource_exhausted(t: Tenants) -> None:
         what="the node to see the quota",
     )
     for n in range(3):
-        await a.create_job(f"j{n}", schedule="@every 1h", handler="echo")
+        await a.create_job(f"j{n}", schedule="@every 1h", handler="echo", idempotency_key=f"k{n}")
     with pytest.raises(ResourceExhausted, match="max_jobs"):
         await a.create_job("one too many", schedule="@every 1h", handler="echo")
+    # A retried create (same key) adds nothing: it gets the stored job back, quota or not.
+    again = await a.create_job("j2", schedule="@every 1h", handler="echo", idempotency_key="k2")
+    assert not again.created
+    # Bad input is still bad input at the quota (not RESOURCE_EXHAUSTED).
+    with pytest.raises(InvalidArgument):
+        await a.create_job("bad", schedule="61 * * * *", handler="echo")
     refused = 0
     for _ in range(40):
         try:

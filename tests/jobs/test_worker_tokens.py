@@ -14,7 +14,7 @@ from jobs.conftest import KindsCluster, _env
 
 from schedd.auth import TokenStore
 from schedd.client import AsyncClient
-from schedd.dev import EtcdProcess
+from schedd.dev import EtcdProcess, free_port
 from schedd.store import EtcdConfig, EtcdKV, Keys
 from schedd.v1 import auth_pb2, execution_pb2
 
@@ -52,6 +52,15 @@ async def test_worker_tokens_limit_who_connects_and_what_it_is_sent(
     proc = Proc("n0", node, _env(), tmp_path / "logs" / "n0.log")
     proc.start()
     c.procs.append(proc)
+    # A second node: the cluster-wide reads cross between nodes with the peer secret.
+    second = f"127.0.0.1:{free_port()}"
+    node1 = [
+        *node[: node.index("--listen")], "--listen", second, "--node-id", "n1",
+        "--data-dir", str(tmp_path / "n1"), "--partitions", "4", "--prefix", c.prefix,
+    ]  # fmt: skip
+    proc1 = Proc("n1", node1, _env(), tmp_path / "logs" / "n1.log")
+    proc1.start()
+    c.procs.append(proc1)
     try:
         await _until("the node", lambda: _owned(admin))
         acme_only = (await admin.create_token("worker", tenants=["acme"])).secret
@@ -87,6 +96,16 @@ async def test_worker_tokens_limit_who_connects_and_what_it_is_sent(
         done_b = await _until("bolt's run", lambda: _done(admin, run_b.id))
         assert done_b.worker_id == "wb"  # type: ignore[attr-defined]
 
+        # Each node's runs reach the other through the Peer service (auth on: peer secret).
+        runs = await admin.list_executions(limit=100)
+        assert not runs.missing_nodes, runs.missing_nodes
+        assert {run_a.id, run_b.id} <= {ex.id for ex in runs}
+        other = AsyncClient(second, timeout_s=15, token=secret)
+        try:
+            assert (await other.get_execution(run_a.id)).state == SUCCEEDED
+            assert len((await other.cluster_status()).nodes) == 2
+        finally:
+            await other.close()
         # Revoking wa's token ends its stream at once; its reconnects are refused.
         tokens = await admin.list_tokens()
         wa_id = next(t.id for t in tokens if list(t.tenants) == ["acme"])
@@ -106,7 +125,7 @@ async def _owned(client: AsyncClient) -> bool:
         st = await client.cluster_status()
     except Exception:
         return False
-    return all(p.owner for p in st.partitions) and bool(st.partitions)
+    return all(p.owner for p in st.partitions) and bool(st.partitions) and len(st.nodes) == 2
 
 
 async def _worker_ids(client: AsyncClient) -> list[str]:

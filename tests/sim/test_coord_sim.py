@@ -1,7 +1,7 @@
 """The coordination under a seeded simulation: thousands of fault schedules per run.
 
 ``SCHEDD_SIM_SEEDS=N`` runs seeds 0..N-1 (default below, sized so this file takes about a
-minute on a 2-core CI machine: the seeds are spread over one process per core); a failing
+40 s on a 2-core CI machine: the seeds are spread over one process per core); a failing
 seed prints its trace and how to replay it::
 
     SCHEDD_SIM_SEED=1234 pytest tests/sim -k replay -s
@@ -19,7 +19,7 @@ import pytest
 
 from sim._driver import SimConfig, SimResult, failing_seeds, run_seed
 
-DEFAULT_SEEDS = 2000
+DEFAULT_SEEDS = 1200
 #: Seeds one worker process runs per task (a pickled SimResult only comes back on failure).
 _CHUNK = 50
 #: (seed, SimConfig overrides) that find a bug fixed since; they run every time, whatever

@@ -115,10 +115,13 @@ class NodeApi:
         return job
 
     async def _check_quota(
-        self, tenant: str, adding: int, counted: dict[str, int] | None = None
+        self, job: job_pb2.Job, adding: int, counted: dict[str, int] | None = None
     ) -> None:
-        """RESOURCE_EXHAUSTED when ``adding`` more jobs would take ``tenant`` over max_jobs
-        (``counted`` keeps the stored counts across the items of a batch)."""
+        """RESOURCE_EXHAUSTED when ``adding`` more jobs would take the job's tenant over its
+        max_jobs (``counted`` keeps the stored counts across the items of a batch). A create
+        whose idempotency key exists already is a retry: it adds nothing, so it passes (and
+        gets the stored job back)."""
+        tenant = job.tenant
         limits = self._limits_of(tenant)
         if limits is None or limits.max_jobs <= 0:
             return
@@ -128,6 +131,10 @@ class NodeApi:
             if counted is not None:
                 counted[tenant] = have
         if have + adding > limits.max_jobs:
+            if job.idempotency_key and await self.jobs.kv.get(
+                self.jobs.keys.idem_key(tenant, job.idempotency_key)
+            ):
+                return
             raise ResourceExhausted(
                 f"tenant {tenant!r} has {have} of its {limits.max_jobs} jobs (max_jobs); "
                 f"{adding} more would exceed it: delete jobs or raise the quota",
@@ -161,7 +168,7 @@ class NodeApi:
         caller.require_writer(req.job.tenant, "job.tenant")
         job, sched = self._validated(req.job, now)
         note(tenant=job.tenant, target=job.id)
-        await self._check_quota(job.tenant, 1)
+        await self._check_quota(job, 1)
         (result,) = await self.jobs.create_jobs([job], now, [sched])
         if isinstance(result, SchedError):
             raise result
@@ -186,8 +193,8 @@ class NodeApi:
                 if not job.tenant and caller.tenant:
                     job.tenant = caller.tenant
                 caller.require_writer(job.tenant, f"jobs[{n}].tenant")
-                await self._check_quota(job.tenant, adding.get(job.tenant, 0) + 1, counted)
                 out, sched = self._validated(job, now, f"jobs[{n}]")
+                await self._check_quota(out, adding.get(job.tenant, 0) + 1, counted)
                 adding[job.tenant] = adding.get(job.tenant, 0) + 1
                 valid.append(out)
                 schedules.append(sched)
