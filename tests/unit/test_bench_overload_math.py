@@ -9,12 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
-
-from _e2e_cluster import cpu_cost
-from _e2e_overload import _recovered_from, window_cron, window_start
-
 from schedd.schedule import parse_schedule
+
+# On the path only while importing: scripts/bench/cluster.py would otherwise shadow the tests'
+# namespace package cluster/ for every test file collected later.
+_BENCH = str(Path(__file__).resolve().parents[2] / "scripts" / "bench")
+sys.path.insert(0, _BENCH)
+try:
+    from _e2e_cluster import cpu_cost
+    from _e2e_overload import _recovered_from, window_cron, window_start
+finally:
+    sys.path.remove(_BENCH)
 
 EPOCH_2026 = 1_767_225_600  # 2026-01-01T00:00:00Z
 

@@ -15,7 +15,8 @@ import click
 from schedd._clock import SystemClock
 from schedd._errors import SchedError
 from schedd.auth import ROLES, AuditLog, TokenStore, validate_new_token
-from schedd.store import EtcdConfig, Keys, connect_etcd
+from schedd.cli._etcd_flags import etcd_config, etcd_options, key_prefix
+from schedd.store import Keys, connect_etcd
 from schedd.v1 import auth_pb2
 
 
@@ -25,15 +26,7 @@ def token_group() -> None:
 
 
 @token_group.command("create")
-@click.option("--etcd", "etcd_endpoints", envvar="SCHEDD_ETCD", default="127.0.0.1:2379",
-              show_default=True, help="etcd endpoints, HOST:PORT[,...]")  # fmt: skip
-@click.option("--prefix", envvar="SCHEDD_PREFIX", default="/schedd/v1/", show_default=True)
-@click.option("--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None,
-              type=click.Path(dir_okay=False, exists=True))  # fmt: skip
-@click.option("--etcd-cert", envvar="SCHEDD_ETCD_CERT", default=None,
-              type=click.Path(dir_okay=False, exists=True))  # fmt: skip
-@click.option("--etcd-key", envvar="SCHEDD_ETCD_KEY", default=None,
-              type=click.Path(dir_okay=False, exists=True))  # fmt: skip
+@etcd_options
 @click.option("--role", type=click.Choice(ROLES), default="admin", show_default=True)
 @click.option("--tenant", default="", help="the tenant an editor or viewer token acts for")
 @click.option("--description", default="bootstrap", show_default=True)
@@ -45,26 +38,22 @@ def create(
     etcd_ca: str | None,
     etcd_cert: str | None,
     etcd_key: str | None,
+    etcd_server_name: str | None,
     role: str,
     tenant: str,
     description: str,
     ttl_s: int,
 ) -> None:
     """Make a token and print its bearer string (shown this once) on stdout."""
+    config = etcd_config(etcd_endpoints, etcd_ca, etcd_cert, etcd_key, etcd_server_name)
     try:
-        config = EtcdConfig(
-            endpoints=EtcdConfig.parse_endpoints(etcd_endpoints),
-            ca_file=etcd_ca,
-            cert_file=etcd_cert,
-            key_file=etcd_key,
-        )
         wanted = validate_new_token(
             auth_pb2.ApiToken(role=role, tenant=tenant, description=description), ttl_s * 1000
         )
-    except (ValueError, SchedError) as exc:
+    except SchedError as exc:
         click.echo(f"schedd token create: {exc}", err=True)
         sys.exit(2)
-    keys = Keys(prefix.encode() if prefix.endswith("/") else (prefix + "/").encode())
+    keys = Keys(key_prefix(prefix))
 
     async def make() -> tuple[auth_pb2.ApiToken, str]:
         kv = await connect_etcd(config)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from schedd._errors import SchedError
+from schedd.cli._etcd_flags import etcd_config, etcd_options, key_prefix
 
 if TYPE_CHECKING:
     from schedd.store import EtcdConfig, Keyring, RekeySummary
@@ -98,15 +99,7 @@ def generate(key_id: str | None, append_to: str | None) -> None:
 
 
 @keys.command()
-@click.option(
-    "--etcd",
-    "etcd_endpoints",
-    envvar="SCHEDD_ETCD",
-    default="127.0.0.1:2379",
-    show_default=True,
-    help="etcd endpoints, HOST:PORT[,...]",
-)
-@click.option("--prefix", envvar="SCHEDD_ETCD_PREFIX", default="/schedd/v1/", show_default=True)
+@etcd_options
 @click.option(
     "--encryption-keys",
     envvar="SCHEDD_ENCRYPTION_KEYS",
@@ -114,12 +107,6 @@ def generate(key_id: str | None, append_to: str | None) -> None:
     type=click.Path(dir_okay=False),
     help="keyring file: every key in use, the newest last (it encrypts)",
 )
-@click.option("--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False))
-@click.option(
-    "--etcd-cert", envvar="SCHEDD_ETCD_CERT", default=None, type=click.Path(dir_okay=False)
-)
-@click.option("--etcd-key", envvar="SCHEDD_ETCD_KEY", default=None, type=click.Path(dir_okay=False))
-@click.option("--etcd-server-name", envvar="SCHEDD_ETCD_SERVER_NAME", default=None)
 def rekey(
     etcd_endpoints: str,
     prefix: str,
@@ -134,28 +121,11 @@ def rekey(
     compared on its revision, and retried when it changed meanwhile. Run it once every node
     writes with the newest key. Exit status 3: some records still use an older key (live
     executions; run it again once they finish)."""
-    from schedd.store import EtcdConfig
-
     keyring = load_keyring(encryption_keys)
     assert keyring is not None
+    etcd = etcd_config(etcd_endpoints, etcd_ca, etcd_cert, etcd_key, etcd_server_name)
     try:
-        etcd = EtcdConfig(
-            endpoints=EtcdConfig.parse_endpoints(etcd_endpoints),
-            ca_file=etcd_ca,
-            cert_file=etcd_cert,
-            key_file=etcd_key,
-            server_name=etcd_server_name,
-        )
-    except ValueError as exc:
-        message = str(exc)
-        for name in ("ca_file", "cert_file", "key_file", "server_name"):
-            message = message.replace(
-                name, "--etcd-" + name.removesuffix("_file").replace("_", "-")
-            )
-        raise click.BadParameter(message) from exc
-    key_prefix = (prefix if prefix.endswith("/") else prefix + "/").encode()
-    try:
-        summary = asyncio.run(_rekey(etcd, key_prefix, keyring))
+        summary = asyncio.run(_rekey(etcd, key_prefix(prefix), keyring))
     except SchedError as exc:
         click.echo(f"schedd keys rekey: {exc}", err=True)
         sys.exit(5)

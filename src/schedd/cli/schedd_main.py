@@ -20,11 +20,10 @@ from schedd._limits import GRPC_MAX_MESSAGE_BYTES, GRPC_MIN_MESSAGE_BYTES
 from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
 from schedd._tls import TlsConfigError, TlsFiles
 from schedd.cli._bootstrap import token_group
+from schedd.cli._etcd_flags import etcd_config, key_prefix
 from schedd.cli._keys import encryption_keys_option, keys, load_keyring
 from schedd.cli._kinds import job_kind_configs, job_kind_options
 
-#: EtcdConfig's TLS settings, named in its errors (shown with the CLI's flag names).
-_ETCD_TLS = ("ca_file", "cert_file", "key_file", "server_name")
 #: TlsFiles' settings as the flags of ``schedd node`` and ``schedd worker`` name them.
 TLS_FLAGS = {
     "cert_file": "--tls-cert-file",
@@ -365,31 +364,13 @@ def node(
     """Run a scheduler node (TLS on its gRPC port with --tls-cert-file and --tls-key-file;
     mutual TLS with --tls-ca-file)."""
     from schedd.node import Node, NodeConfig
-    from schedd.store import EtcdConfig
 
-    try:
-        endpoints = EtcdConfig.parse_endpoints(etcd_endpoints)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--etcd") from exc
+    etcd = etcd_config(etcd_endpoints, etcd_ca, etcd_cert, etcd_key, etcd_server_name)
     if heartbeat_interval_ms >= lease_timeout_ms:
         raise click.BadParameter(
             f"{heartbeat_interval_ms} ms must be below --lease-timeout-ms ({lease_timeout_ms} ms)",
             param_hint="--heartbeat-interval-ms",
         )
-    try:
-        etcd = EtcdConfig(
-            endpoints=endpoints,
-            ca_file=etcd_ca,
-            cert_file=etcd_cert,
-            key_file=etcd_key,
-            server_name=etcd_server_name,
-        )
-    except ValueError as exc:
-        flags = {f: "--etcd-" + f.removesuffix("_file").replace("_", "-") for f in _ETCD_TLS}
-        message = str(exc)
-        for field, flag in flags.items():
-            message = message.replace(field, flag)
-        raise click.BadParameter(message, param_hint=flags[str(exc).split()[0]]) from exc
     tls = tls_files(tls_cert_file, tls_key_file, tls_ca_file, tls_server_name, server=True)
     nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
     bind_process(node=nid)  # every line this process logs names its node
@@ -404,7 +385,7 @@ def node(
         tls=tls,
         max_message_bytes=max_message_bytes,
         etcd=etcd,
-        prefix=prefix.encode() if prefix.endswith("/") else (prefix + "/").encode(),
+        prefix=key_prefix(prefix),
         partitions=partitions,
         data_dir=Path(data_dir or f".schedd-node-{nid}"),
         session_ttl_s=session_ttl,
