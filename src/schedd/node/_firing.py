@@ -22,7 +22,7 @@ from schedd.node._live import Live, RunningIndex
 from schedd.node._sealed import refusal, split_sealed
 from schedd.node._tenants import Admitted, TenantLimiter
 from schedd.obs import MetricsRecorder
-from schedd.store import Sealer
+from schedd.store import Item, Sealer
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 if TYPE_CHECKING:
@@ -402,18 +402,31 @@ class Firer:
             final.finished_ms = now
             items.append(partition.store.finish_run(live.ex))
             finals.append(final)
+        await self._record_ended(partition, items, finals, "skips")
+
+    async def _record_ended(
+        self,
+        partition: Partition,
+        items: list[Item],
+        finals: list[execution_pb2.Execution],
+        what: str,
+    ) -> list[execution_pb2.Execution]:
+        """Writes the end of executions that already left memory, then their history; returns
+        those written. They left memory: if a write failed and etcd still holds them, the
+        partition adopts them again (doubt)."""
         try:
             ok, _ = await partition.store.apply(items)
         except FencedOut as exc:
             partition.fenced_out(exc)
-            return
+            return []
         except SchedError as exc:
-            # They left memory: if etcd still holds them, the partition adopts them again.
-            log.warning("partition %d: recording skips failed: %s", partition.partition, exc)
+            log.warning("partition %d: recording %s failed: %s", partition.partition, what, exc)
             partition.doubt(f.job_id for f in finals)
-            return
-        self.history.record([f for f, good in zip(finals, ok, strict=True) if good])
+            return []
+        done = [f for f, good in zip(finals, ok, strict=True) if good]
+        self.history.record(done)
         partition.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
+        return done
 
     def _sealed_in_memory(self) -> bool:
         """Whether a read left a value encrypted (it could not decrypt it): from then on,
@@ -443,21 +456,10 @@ class Firer:
                 "execution %s is a dead letter, not dispatched: %s", live.ex.id, problem,
                 extra={**partition.log_fields, "job": live.ex.job_id, "execution": live.ex.id},
             )  # fmt: skip
-        try:
-            ok, _ = await partition.store.apply(items)
-        except FencedOut as exc:
-            partition.fenced_out(exc)
-            return
-        except SchedError as exc:
-            log.warning("partition %d: recording refusals failed: %s", partition.partition, exc)
-            partition.doubt(f.job_id for f in finals)
-            return
-        done = [f for f, good in zip(finals, ok, strict=True) if good]
-        self.history.record(done)
+        done = await self._record_ended(partition, items, finals, "refusals")
         if self.recorder is not None:
             for _ in done:
                 self.recorder.dead_lettered()
-        partition.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
 
     def _cancel_dispatch(self, live: Live, reason: str) -> None:
         if self.dispatcher is not None:
