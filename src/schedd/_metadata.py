@@ -15,6 +15,14 @@ AUTHORIZATION = "authorization"
 PEER_METADATA = "x-schedd-peer"
 
 
+def metadata_value(context: grpc.aio.ServicerContext[Any, Any], key: str) -> str | None:
+    """The value a call carries under ``key`` (the first one), or None."""
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return None
+
+
 class MetadataInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
     """Adds one metadata entry to every unary call of a channel (a peer secret, a token)."""
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from schedd._errors import ResourceExhausted, SchedError
@@ -157,7 +157,7 @@ class ApiGate:
     async def caller(self, bearer: str | None, peer: str = "") -> Caller:
         """Who sends ``bearer`` (Unauthenticated with auth on and no valid token)."""
         if not self.auth or self.tokens is None:
-            return Caller(ANONYMOUS.actor, ANONYMOUS.role, peer=peer) if peer else ANONYMOUS
+            return replace(ANONYMOUS, peer=peer) if peer else ANONYMOUS
         return await self.tokens.authenticate(bearer, peer)
 
     async def call(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 
 import click
+from rich.table import Table
 
 from schedd._errors import InvalidArgument
-from schedd.auth._caller import ROLES
+from schedd.auth import ROLES
 from schedd.cli._context import output_option, settings
-from schedd.cli._output import console, emit, local_time, rows_table
+from schedd.cli._output import emit, local_time, rows_table
 from schedd.client import audit_to_dict, token_to_dict
 from schedd.schedule import parse_duration_ms
 from schedd.v1 import auth_pb2
@@ -35,22 +36,22 @@ def _state(token: auth_pb2.ApiToken, now_ms: int) -> str:
     return "active"
 
 
+def _tokens_table(tokens: list[auth_pb2.ApiToken]) -> Table:
+    now = int(time.time() * 1000)
+    rows = [
+        (
+            t.id, t.role, t.tenant or "*", _limits(t), t.description,
+            local_time(t.created_ms), local_time(t.expires_ms) if t.expires_ms else "never",
+            _state(t, now),
+        )
+        for t in tokens
+    ]  # fmt: skip
+    return rows_table(_TOKEN_COLUMNS, rows)
+
+
 def _emit_tokens(tokens: list[auth_pb2.ApiToken], one: bool) -> None:
-    fmt = settings().output
-    if fmt == "table":
-        now = int(time.time() * 1000)
-        rows = [
-            (
-                t.id, t.role, t.tenant or "*", _limits(t), t.description,
-                local_time(t.created_ms), local_time(t.expires_ms) if t.expires_ms else "never",
-                _state(t, now),
-            )
-            for t in tokens
-        ]  # fmt: skip
-        console().print(rows_table(_TOKEN_COLUMNS, rows))
-        return
     dicts = [token_to_dict(t) for t in tokens]
-    emit(fmt, dicts[0] if one else dicts)
+    emit(settings().output, dicts[0] if one else dicts, table=lambda: _tokens_table(tokens))
 
 
 @click.group("token")
@@ -138,16 +139,13 @@ def audit_list(since: str, tenant: str, actor: str, limit: int) -> None:
     entries = (
         settings().client().list_audit(tenant=tenant, since_ms=since_ms, actor=actor, limit=limit)
     )
-    fmt = settings().output
-    if fmt == "table":
-        rows = [
-            (
-                local_time(e.at_ms), e.actor, e.role, e.tenant or "-", e.method,
-                e.target or "-", e.peer or "-",
-                e.code if e.code == "OK" else f"{e.code}: {e.detail}",
-            )
-            for e in entries
-        ]  # fmt: skip
-        console().print(rows_table(_AUDIT_COLUMNS, rows))
-        return
-    emit(fmt, [audit_to_dict(e) for e in entries])
+    rows = [
+        (
+            local_time(e.at_ms), e.actor, e.role, e.tenant or "-", e.method,
+            e.target or "-", e.peer or "-",
+            e.code if e.code == "OK" else f"{e.code}: {e.detail}",
+        )
+        for e in entries
+    ]  # fmt: skip
+    dicts = [audit_to_dict(e) for e in entries]
+    emit(settings().output, dicts, table=lambda: rows_table(_AUDIT_COLUMNS, rows))

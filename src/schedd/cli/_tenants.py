@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from schedd.cli._context import output_option, settings
-from schedd.cli._output import console, emit, local_time, rows_table
+from schedd.cli._output import emit, local_time, rows_table
 from schedd.client import tenant_limits_to_dict
 from schedd.v1 import scheduler_pb2
 
@@ -30,12 +30,8 @@ def _table(limits: list[scheduler_pb2.TenantLimits]) -> Table:
 
 
 def _emit(limits: list[scheduler_pb2.TenantLimits], one: bool) -> None:
-    fmt = settings().output
-    if fmt == "table":
-        console().print(_table(limits))
-        return
     dicts = [tenant_limits_to_dict(t) for t in limits]
-    emit(fmt, dicts[0] if one else dicts)
+    emit(settings().output, dicts[0] if one else dicts, table=lambda: _table(limits))
 
 
 @click.group("tenant")

@@ -110,8 +110,10 @@ class Dispatcher:
     # ---- public API -------------------------------------------------------------------------
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
-        """Register the Worker service on ``server`` (create it with KEEPALIVE_SERVER_OPTIONS)."""
-        worker_pb2_grpc.add_WorkerServicer_to_server(WorkerStreamServicer(self), server)
+        """Register the Worker service on ``server`` (create it with KEEPALIVE_SERVER_OPTIONS;
+        set :attr:`authorize` first, for auth)."""
+        servicer = WorkerStreamServicer(self, self.authorize)
+        worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)
 
     def submit(self, dispatches: Sequence[worker_pb2.Dispatch]) -> None:
         """Queue dispatches; they are sent as credits allow, many per stream message.

@@ -78,26 +78,24 @@ class _TenantRing:
         """The next dispatch of the tenant whose turn it is, or None when empty."""
         if not self._by_tenant:
             return None
-        tenant, fifo = next(iter(self._by_tenant.items()))
-        dispatch = fifo.popleft()
-        if fifo:
-            self._by_tenant.move_to_end(tenant)
-        else:
-            del self._by_tenant[tenant]
-        return dispatch
+        return self._take(*next(iter(self._by_tenant.items())))
 
     def pop_from(self, tenants: frozenset[str]) -> worker_pb2.Dispatch | None:
         """The next dispatch of the first of ``tenants`` in turn, or None (for a worker whose
         token is limited to them; the others keep their turn)."""
         for tenant, fifo in self._by_tenant.items():
             if tenant in tenants:
-                dispatch = fifo.popleft()
-                if fifo:
-                    self._by_tenant.move_to_end(tenant)
-                else:
-                    del self._by_tenant[tenant]
-                return dispatch
+                return self._take(tenant, fifo)
         return None
+
+    def _take(self, tenant: str, fifo: deque[worker_pb2.Dispatch]) -> worker_pb2.Dispatch:
+        """The head of ``tenant``'s FIFO; the tenant goes to the back of the turn (or away)."""
+        dispatch = fifo.popleft()
+        if fifo:
+            self._by_tenant.move_to_end(tenant)
+        else:
+            del self._by_tenant[tenant]
+        return dispatch
 
     def __bool__(self) -> bool:
         return bool(self._by_tenant)

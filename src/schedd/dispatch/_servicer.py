@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
 from schedd._errors import InvalidArgument, SchedError
+from schedd._metadata import AUTHORIZATION, metadata_value
 from schedd._status import abort_with
-from schedd.auth import AUTHORIZATION, worker_scope
+from schedd.auth import Caller, worker_scope
 from schedd.dispatch._session import WorkerSession
 from schedd.v1 import worker_pb2, worker_pb2_grpc
 
@@ -49,8 +50,14 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
     kind aborts the stream with INVALID_ARGUMENT naming the field.
     """
 
-    def __init__(self, endpoint: StreamEndpoint) -> None:
+    def __init__(
+        self,
+        endpoint: StreamEndpoint,
+        authorize: Callable[[str | None, str], Awaitable[Caller]] | None = None,
+    ) -> None:
         self._d = endpoint
+        #: With auth on: who a stream's bearer token is (raises when it is not valid).
+        self._authorize = authorize
 
     async def Connect(
         self,
@@ -60,14 +67,10 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServicer):
         hello = await self._read_hello(request_iterator, context)
         tenants: frozenset[str] | None = None
         actor = ""
-        authorize = getattr(self._d, "authorize", None)
-        if authorize is not None:  # auth on: a worker (or admin) token, within its limits
-            bearer = next(
-                (str(v) for k, v in context.invocation_metadata() or () if k == AUTHORIZATION),
-                None,
-            )
+        if self._authorize is not None:  # auth on: a worker (or admin) token, within its limits
             try:
-                caller = await authorize(bearer, context.peer())
+                bearer = metadata_value(context, AUTHORIZATION)
+                caller = await self._authorize(bearer, context.peer())
                 tenants = worker_scope(caller, list(hello.queues))
                 actor = caller.actor
             except SchedError as err:

@@ -33,6 +33,7 @@ from schedd.model import (
     check_text,
     new_execution,
     new_job_id,
+    parse_execution_id,
     validate_execution_id,
     validate_id,
     validate_new_job_parsed,
@@ -375,7 +376,7 @@ class NodeApi:
         its job): its job id is in its id, and a job's tenant never changes."""
         caller = self._caller()
         caller.require_api()
-        job_id = execution_id.rpartition("@")[0] or execution_id
+        job_id, _ = parse_execution_id(execution_id)  # validated by the caller
         try:
             job = await self.jobs.get_job(job_id)
         except SchedError:

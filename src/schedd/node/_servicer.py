@@ -10,8 +10,9 @@ from typing import Any, TypeVar
 import grpc
 
 from schedd._errors import SchedError
+from schedd._metadata import AUTHORIZATION, PEER_METADATA, metadata_value
 from schedd._status import abort_with
-from schedd.auth import AUTHORIZATION, PEER_METADATA, ApiGate, check_peer
+from schedd.auth import ApiGate, check_peer
 from schedd.node._api import NodeApi
 from schedd.node._cluster_views import PeerAnswers
 from schedd.v1 import peer_pb2_grpc, scheduler_pb2_grpc
@@ -20,13 +21,6 @@ log = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
-
-
-def _metadata(context: grpc.aio.ServicerContext[Any, Any], key: str) -> str | None:
-    for k, v in context.invocation_metadata() or ():
-        if k == key:
-            return v if isinstance(v, str) else v.decode()
-    return None
 
 
 async def _call(
@@ -40,7 +34,7 @@ async def _call(
         if gate is None:
             return await fn(request)
         return await gate.call(
-            method, fn, request, bearer=_metadata(context, AUTHORIZATION), peer=context.peer()
+            method, fn, request, bearer=metadata_value(context, AUTHORIZATION), peer=context.peer()
         )
     except SchedError as err:
         await abort_with(context, err)
@@ -162,7 +156,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     ) -> Resp:
         if self.secret is not None:
             try:
-                check_peer(self.secret, _metadata(context, PEER_METADATA))
+                check_peer(self.secret, metadata_value(context, PEER_METADATA))
             except SchedError as err:
                 await abort_with(context, err)
         return await _call(fn, request, context)
