@@ -83,8 +83,8 @@ class FireRunner:
             Item(o.txn([o.cmp_mod(r.key, r.mod_revision)], [o.put(r.key, self.node_id.encode())]))
             for r in runs
         ]
-        outcomes, revision = await store.apply([*items, extra])
-        for r, ok in zip(runs, outcomes, strict=False):
+        applied = await store.apply([*items, extra])
+        for r, ok, revision in zip(runs, applied.ok, applied.revisions, strict=False):
             if ok:
                 self.outstanding[parse_fire_key(r.key)] = revision
 
@@ -109,7 +109,7 @@ class FireRunner:
             o.put(cursor_key(p), b"%d" % due),
             *(o.put(run_key(p, k), self.node_id.encode()) for k in fires),
         ]
-        outcomes, revision = await store.apply([Item(o.txn(compares, ops)), extra])
-        if outcomes[0]:
+        applied = await store.apply([Item(o.txn(compares, ops)), extra])
+        if applied.ok[0]:
             for k in fires:
-                self.outstanding[(p, k)] = revision
+                self.outstanding[(p, k)] = applied.revisions[0]

@@ -62,7 +62,7 @@ async def test_a_fire_whose_run_exists_is_claimed_without_a_second_run() -> None
     assert due_before is not None and state_before is not None
     cached = (await store.fetch_jobs(["j1"]))["j1"]
     now = entry.due_ms
-    ok, _ = await store.apply_each([planner.plan(entry, cached, None, now).item])
+    ok = (await store.apply([planner.plan(entry, cached, None, now).item])).ok
     assert ok == [True]
     run_key = keys.run_key(0, "j1", entry.scheduled_ms)
     run = await kv.get(run_key)
@@ -76,12 +76,12 @@ async def test_a_fire_whose_run_exists_is_claimed_without_a_second_run() -> None
     [again], _ = await store.load_due(NOW + 3_600_000)
     assert (again.kind, again.scheduled_ms) == (FIRE, entry.scheduled_ms)
     cached = (await store.fetch_jobs(["j1"]))["j1"]
-    ok, _ = await store.apply_each([planner.plan(again, cached, None, now).item])
+    ok = (await store.apply([planner.plan(again, cached, None, now).item])).ok
     assert ok == [False]  # creating the run again fails its compare
     existing = await store.get_runs([("j1", again.scheduled_ms)])
     claim = planner.plan(again, cached, existing[("j1", again.scheduled_ms)], now)
     assert claim.executions == []
-    ok, _ = await store.apply_each([claim.item])
+    ok = (await store.apply([claim.item])).ok
     assert ok == [True]
     after = await kv.get(run_key)
     assert after is not None and after.mod_revision == run.mod_revision  # untouched

@@ -69,8 +69,8 @@ async def test_claim_is_fenced_by_the_owner_key_epoch() -> None:
     current = await kv.get(owner)
     assert current is not None and current.create_revision > epoch
     fresh = PartitionStore(kv, keys, Fence(0, owner, current.create_revision))
-    ok, rev = await fresh.apply([fresh.drop_due(entry)])
-    assert ok == [True] and rev == kv.revision
+    applied = await fresh.apply([fresh.drop_due(entry)])
+    assert applied.ok == [True] and applied.revision == kv.revision
     assert await kv.get(keys.due_key(0, entry.due_ms, "j1")) is None
 
 
@@ -129,6 +129,6 @@ async def test_a_nodes_fenced_writes_in_flight_are_bounded_by_its_gate() -> None
         return [o.txn([], [o.put(f"/t/x/{tag}{i}".encode(), b"v")]) for i in range(n)]
 
     results = await asyncio.gather(*(s.apply(items(5, f"s{n}")) for n, s in enumerate(stores)))
-    assert all(all(ok) and len(ok) == 5 for ok, _ in results)
+    assert all(all(r.ok) and len(r.ok) == 5 for r in results)
     assert peak == 2  # 9 transactions (3 stores x 3 chunks), never more than 2 at once
     assert await kv.count(b"/t/x/", prefix_end(b"/t/x/")) == 15

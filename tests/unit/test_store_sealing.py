@@ -92,7 +92,7 @@ async def test_stores_write_no_secret_and_read_plaintext() -> None:
         kv, keys, Fence(jobs.partition("plain"), owner, await kv.put(owner, b"n")), sealer=sealer
     )
     run.checkpoint = b"ckpt-secret"
-    assert (await store.apply([store.save_checkpoint(run)]))[0] == [True]
+    assert (await store.apply([store.save_checkpoint(run)])).ok == [True]
     assert _leaks(await _values(kv, keys)) == []
 
     hook, cmd = await jobs.get_job("hook"), await jobs.get_job("cmd")
@@ -230,7 +230,7 @@ async def test_rekey_rewrites_under_the_new_key_and_forgets_the_old() -> None:
     waiting.checkpoint = b"ckpt-secret"
     await store.apply([store.save_checkpoint(waiting)])
     await store.apply([store.rewrite_run(waiting)])  # the run key moves past its checkpoint
-    due = await kv.get(keys.due_key(0, waiting.due_ms, "plain"))
+    due = await kv.get(keys.run_due_key(0, waiting.due_ms, "plain", waiting.scheduled_ms))
     assert due is not None and due.value[:1] == RUN.encode()
 
     def new_payload(job: job_pb2.Job) -> job_pb2.Job:

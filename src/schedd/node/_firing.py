@@ -415,7 +415,7 @@ class Firer:
         those written. They left memory: if a write failed and etcd still holds them, the
         partition adopts them again (doubt)."""
         try:
-            ok, _ = await partition.store.apply(items)
+            applied = await partition.store.apply(items)
         except FencedOut as exc:
             partition.fenced_out(exc)
             return []
@@ -423,9 +423,15 @@ class Firer:
             log.warning("partition %d: recording %s failed: %s", partition.partition, what, exc)
             partition.doubt(f.job_id for f in finals)
             return []
-        done = [f for f, good in zip(finals, ok, strict=True) if good]
+        done = [f for f, good in zip(finals, applied.ok, strict=True) if good]
         self.history.record(done)
-        partition.doubt(f.job_id for f, good in zip(finals, ok, strict=True) if not good)
+        for n, why in applied.rejected.items():
+            partition.refused(what, finals[n].job_id, finals[n].id, why)
+        partition.doubt(
+            f.job_id
+            for n, (f, good) in enumerate(zip(finals, applied.ok, strict=True))
+            if not good and n not in applied.rejected
+        )
         return done
 
     def _sealed_in_memory(self) -> bool:

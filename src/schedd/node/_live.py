@@ -9,6 +9,7 @@ of the partitions this node runs, with the lookup from an execution id to its pa
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -83,13 +84,19 @@ class PartitionEvents(Protocol):
 class Doubts:
     """Jobs whose durable state memory may no longer match (a store call that carried their
     work failed, or its outcome is unknown), and *orphans*: executions memory still lists but
-    nothing has in flight any more (their result or redelivery was not written)."""
+    nothing has in flight any more (their result or redelivery was not written).
+
+    Doubts may be deferred (:meth:`add_later`): recorded now, taken only once their time has
+    come (work the store refused, tried again with backoff).
+    """
 
     def __init__(self) -> None:
         self.jobs: set[str] = set()
         self.orphans: set[str] = set()
+        self._later: list[tuple[int, str, str]] = []  # heap of (at_ms, job_id, orphan or "")
 
     def __bool__(self) -> bool:
+        """Whether any doubt is ready now (deferred ones: see :meth:`ripen`)."""
         return bool(self.jobs or self.orphans)
 
     def add(self, job_ids: Iterable[str], orphans: Iterable[str] = ()) -> bool:
@@ -99,8 +106,26 @@ class Doubts:
         self.orphans.update(orphans)
         return len(self.jobs) + len(self.orphans) > before
 
+    def add_later(self, at_ms: int, job_id: str, orphan: str = "") -> None:
+        """Records a doubt of ``job_id`` (and the orphan ``orphan``) ready at ``at_ms``."""
+        heapq.heappush(self._later, (at_ms, job_id, orphan))
+
+    def ripen(self, now_ms: int) -> bool:
+        """Makes the deferred doubts due by ``now_ms`` ready; returns whether any is ready."""
+        later = self._later
+        while later and later[0][0] <= now_ms:
+            _, job_id, orphan = heapq.heappop(later)
+            self.jobs.add(job_id)
+            if orphan:
+                self.orphans.add(orphan)
+        return bool(self)
+
+    def next_later_ms(self) -> int | None:
+        """When the first deferred doubt comes due (None: there is none)."""
+        return self._later[0][0] if self._later else None
+
     def take(self) -> tuple[set[str], set[str]]:
-        """Everything recorded (the orphans' jobs included), forgotten until :meth:`add`."""
+        """Everything ready (the orphans' jobs included), forgotten until :meth:`add`."""
         jobs, orphans = self.jobs, self.orphans
         self.jobs, self.orphans = set(), set()
         return jobs | {parse_execution_id(eid)[0] for eid in orphans}, orphans

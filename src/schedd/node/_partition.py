@@ -26,9 +26,10 @@ from schedd.node._claims import Claim, ClaimPlanner
 from schedd.node._config import NodeConfig
 from schedd.node._live import Doubts, Firing, Live, PartitionEvents, claims_to_give_back
 from schedd.node._pacing import ClaimPacer
+from schedd.node._refusals import RefusedWrites
 from schedd.node._window import DueWindow
 from schedd.obs import MetricsRecorder, NoopRecorder
-from schedd.store import FIRE, DueEntry, JobView, PartitionStore, StoredJob
+from schedd.store import FIRE, DueEntry, JobView, PartitionStore, StoredJob, execution_id
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2
 
@@ -79,6 +80,7 @@ class Partition:
         self.stopped = asyncio.Event()
         self.pacer = ClaimPacer(config)
         self._doubts = Doubts()  # re-read by the claim loop, see doubt()
+        self.refusals = RefusedWrites()  # see refused()
         self._fire_conflicts: set[str] = set()  # jobs whose last schedule-fire claim failed
         self._reload_wanted = False
         self._stopping = False
@@ -179,7 +181,7 @@ class Partition:
             if not items:
                 return 0
             try:
-                ok, _ = await self.store.apply(items)
+                ok = (await self.store.apply(items)).ok
             except SchedError as exc:  # FencedOut too
                 ok = [False] * len(items)
                 log.warning(
@@ -235,11 +237,14 @@ class Partition:
         cancelled = [r for r in runs if r.state == execution_pb2.EXECUTION_CANCELLED]
         if not cancelled:
             return list(runs)
-        ok, _ = await self.store.apply([self.store.finish_run(r) for r in cancelled])
+        applied = await self.store.apply([self.store.finish_run(r) for r in cancelled])
+        ok = applied.ok
         self.history.record([r for r, good in zip(cancelled, ok, strict=True) if good])
-        for r, good in zip(cancelled, ok, strict=True):
+        for n, (r, good) in enumerate(zip(cancelled, ok, strict=True)):
             if good:
                 log.info("%s: %s", r.id, r.reason, extra=self._run_fields(r))
+            elif n in applied.rejected:
+                self.refused("cancellation", r.job_id, r.id, applied.rejected[n])
             else:  # changed meanwhile: read it again
                 self.doubt([r.job_id])
         return [r for r in runs if r.state != execution_pb2.EXECUTION_CANCELLED]
@@ -265,13 +270,15 @@ class Partition:
             r.state = execution_pb2.EXECUTION_PENDING
             r.worker_id = ""
             items.append(self.store.rewrite_run(r))
-        ok, revs = await self.store.apply_each(items)
+        applied = await self.store.apply(items)
         adopted = []
-        for r, good, rev in zip(runs, ok, revs, strict=True):
+        for n, (r, good, rev) in enumerate(zip(runs, applied.ok, applied.revisions, strict=True)):
             if good:
                 log.debug("%s: adopted under token %d", r.id, rev, extra=self._run_fields(r, rev))
                 r.fencing_token = rev
                 adopted.append(r)
+            elif n in applied.rejected:
+                self.refused("adoption", r.job_id, r.id, applied.rejected[n])
             else:
                 self.doubt([r.job_id])
         self.firing.adopt(self, adopted)
@@ -318,7 +325,7 @@ class Partition:
             try:
                 if self._reload_wanted:
                     await self._reload_window()
-                if self._doubts:
+                if self._doubts.ripen(self.clock.now_ms()):
                     await self._settle_doubts()
                 await self._claim_round()
             except FencedOut as exc:
@@ -355,6 +362,9 @@ class Partition:
             return
         # Backlogged: the queue drains without waking this loop, so look again soon.
         wait_ms = BACKLOG_POLL_MS if backlogged else self.pacer.idle_wait_ms(self.window, now)
+        later = self._doubts.next_later_ms()
+        if later is not None:
+            wait_ms = min(wait_ms, later - now)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
@@ -373,6 +383,31 @@ class Partition:
         """
         if self._doubts.add(job_ids, orphans):
             self._wake.set()
+
+    def refused(self, what: str, job_id: str, execution_id: str, why: str) -> None:
+        """The store refused, on its own, an item that wrote this work (see
+        :class:`~._refusals.RefusedWrites`): it is re-read, and handed out again if etcd still
+        holds it, after a backoff that grows with each refusal; logged once, always counted.
+
+        Args:
+            what: what the item wrote (``"result"``, ``"claim"``, ...), the metric's label.
+            job_id: the job whose state is re-read.
+            execution_id: the execution the item carried ("" for a schedule fire's claim).
+            why: the store's reason.
+        """
+        key = execution_id or job_id
+        count, retry_at = self.refusals.record(key, self.clock.now_ms())
+        self.recorder.write_rejected(what)
+        log.log(
+            logging.ERROR if count == 1 else logging.DEBUG,
+            "partition %d: the store refused the %s of %s on its own (%s); the rest of its "
+            "batch was written; trying it again in %d ms (refusal %d, backing off%s)",
+            self.partition, what, key, why, retry_at - self.clock.now_ms(), count,
+            "; later refusals are logged at debug level" if count == 1 else "",
+            extra=self.log_fields,
+        )  # fmt: skip
+        self._doubts.add_later(retry_at, job_id, execution_id)
+        self._wake.set()
 
     async def _settle_doubts(self) -> None:
         """Re-reads the doubted jobs and makes memory agree with etcd (kept doubted on error)."""
@@ -453,12 +488,18 @@ class Partition:
         claims = [
             plan(e, jobs.get(e.job_id), runs.get((e.job_id, e.scheduled_ms)), now) for e in entries
         ]
-        ok, revs = await self.store.apply_each([c.item for c in claims])
+        applied = await self.store.apply([c.item for c in claims])
         failed: list[str] = []
-        for claim, good, rev in zip(claims, ok, revs, strict=True):
+        for n, (claim, good, rev) in enumerate(
+            zip(claims, applied.ok, applied.revisions, strict=True)
+        ):
             if good:
                 self._fire_conflicts.discard(claim.entry.job_id)
                 self._claimed(claim, rev)
+            elif n in applied.rejected:
+                e = claim.entry
+                eid = "" if e.kind == FIRE else execution_id(e.job_id, e.scheduled_ms)
+                self.refused("claim", e.job_id, eid, applied.rejected[n])
             else:
                 e = claim.entry
                 if e.kind == FIRE:
@@ -487,7 +528,7 @@ class Partition:
             nxt = DueEntry(
                 self.partition, state.due_ms, claim.entry.job_id, FIRE, state.next_fire_ms, rev
             )
-            self.window.entries[(nxt.due_ms, nxt.job_id)] = nxt
+            self.window.entries[(nxt.due_ms, nxt.job_id, 0)] = nxt  # slot(nxt)
             self._wake.set()
 
     # -- reconciling with API changes ---------------------------------------------------------

@@ -139,7 +139,7 @@ class Settler:
             try:
                 await partition.store.apply(
                     [partition.store.save_checkpoint(lv.ex) for lv in current]
-                )
+                )  # one refused or failed stays in memory (see the docstring)
             except FencedOut as exc:
                 partition.fenced_out(exc)
             except SchedError as exc:
@@ -211,7 +211,13 @@ class Settler:
         now = self.clock.now_ms()
         out: list[tuple[int, worker_pb2.ResultAck]] = []
         decisions: list[tuple[int, _Decision]] = []
+        seen: set[str] = set()
         for n, r in group:
+            if r.execution_id in seen:  # two writes of one run key in one txn: refused whole
+                msg = "a second result for this execution in one batch; the first is settled"
+                out.append((n, _ack(r, False, grpc.StatusCode.FAILED_PRECONDITION, msg)))
+                continue
+            seen.add(r.execution_id)
             live = partition.live.get(r.execution_id)
             if live is None or live.ex.fencing_token != r.fencing_token:
                 current = live.ex.fencing_token if live else None
@@ -224,7 +230,7 @@ class Settler:
         if not decisions:
             return out
         try:
-            ok, revs = await partition.store.apply_each([d.item for _, d in decisions])
+            applied = await partition.store.apply([d.item for _, d in decisions])
         except (FencedOut, SchedError) as exc:
             if isinstance(exc, FencedOut):
                 partition.fenced_out(exc)
@@ -237,7 +243,12 @@ class Settler:
             ]
         finished: list[execution_pb2.Execution] = []
         resend: list[Live] = []
-        for (n, d), good, rev in zip(decisions, ok, revs, strict=True):
+        for i, ((n, d), good, rev) in enumerate(
+            zip(decisions, applied.ok, applied.revisions, strict=True)
+        ):
+            if i in applied.rejected:
+                out.append((n, self._rejected(partition, d, applied.rejected[i])))
+                continue
             if not good:
                 partition.live.pop(d.live.ex.id, None)
                 partition.doubt([d.live.ex.job_id])
@@ -258,6 +269,18 @@ class Settler:
         self.history.record(finished)
         self.firer.dispatch(partition, resend, now)
         return out
+
+    def _rejected(self, partition: Partition, d: _Decision, why: str) -> worker_pb2.ResultAck:
+        """The store refused this result's write on its own: nothing of it was written. The
+        execution leaves memory (nothing has it in flight now) and is re-read with backoff;
+        etcd still holds it as it was, so it is handed out again and the worker's ledger
+        answers with the outcome it recorded."""
+        ex = d.live.ex
+        partition.live.pop(ex.id, None)
+        self.firer.running.discard(ex.job_id, ex.id)
+        partition.refused("result", ex.job_id, ex.id, why)
+        msg = f"the store refused this result's write ({why}); it will be handed out again"
+        return _ack(d.result, False, grpc.StatusCode.UNAVAILABLE, msg)
 
     def _decide(
         self, partition: Partition, live: Live, r: worker_pb2.Result, now: int
@@ -319,6 +342,8 @@ class Settler:
     ) -> None:
         eid, job_id = d.live.ex.id, d.live.ex.job_id
         self.firer.running.discard(job_id, eid)
+        if partition.refusals:
+            partition.refusals.forget(eid)
         if d.redeliver:
             log.debug(
                 "%s: %s under token %d, handed out again under token %d",
@@ -400,7 +425,7 @@ class Settler:
             ex.worker_id = ""
             items.append(partition.store.rewrite_run(ex))
         try:
-            ok, revs = await partition.store.apply_each(items)
+            applied = await partition.store.apply(items)
         except FencedOut as exc:
             partition.fenced_out(exc)
             return
@@ -412,9 +437,14 @@ class Settler:
             partition.doubt((lv.ex.job_id for lv in lives), (lv.ex.id for lv in lives))
             return
         resend = []
-        for live, good, rev in zip(lives, ok, revs, strict=True):
+        for n, (live, good, rev) in enumerate(
+            zip(lives, applied.ok, applied.revisions, strict=True)
+        ):
             self.firer.running.discard(live.ex.job_id, live.ex.id)
-            if good:
+            if n in applied.rejected:
+                partition.live.pop(live.ex.id, None)
+                partition.refused("redelivery", live.ex.job_id, live.ex.id, applied.rejected[n])
+            elif good:
                 log.debug(
                     "%s: %s; handed out again under token %d", live.ex.id, reason, rev,
                     extra=self._fields(partition, live.ex, token=rev),

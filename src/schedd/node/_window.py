@@ -11,16 +11,23 @@ from collections.abc import Iterable
 
 from sortedcontainers import SortedDict
 
-from schedd.store import DueEntry
+from schedd.store import FIRE, DueEntry
 
 _LAST = "\U0010ffff"  # sorts after every job id: (due_ms, _LAST) bounds a due_ms
 
 
+def slot(entry: DueEntry) -> tuple[int, str, int]:
+    """Where an entry sits in the window: (due_ms, job_id, 0) for a FIRE entry (one per job
+    and instant, as its key), (due_ms, job_id, scheduled_ms) for a RUN entry (one per
+    execution: two executions of a job due at one instant are two entries)."""
+    return (entry.due_ms, entry.job_id, 0 if entry.kind == FIRE else entry.scheduled_ms)
+
+
 class DueWindow:
-    """Due entries keyed by (due_ms, job_id), up to :attr:`end` (ms since the epoch)."""
+    """Due entries keyed by :func:`slot`, up to :attr:`end` (ms since the epoch)."""
 
     def __init__(self) -> None:
-        self.entries: SortedDict = SortedDict()  # (due_ms, job_id) -> DueEntry
+        self.entries: SortedDict = SortedDict()  # slot(entry) -> DueEntry
         self.end = 0
 
     def __len__(self) -> int:
@@ -31,12 +38,12 @@ class DueWindow:
         self.entries.clear()
         self.end = end
         for e in entries:
-            self.entries[(e.due_ms, e.job_id)] = e
+            self.entries[slot(e)] = e
 
     def extend(self, entries: Iterable[DueEntry], end: int) -> None:
         """Adds the slice read beyond the old end; entries already known are kept."""
         for e in entries:
-            self.entries.setdefault((e.due_ms, e.job_id), e)
+            self.entries.setdefault(slot(e), e)
         self.end = end
 
     def put(self, entry: DueEntry, *, replace: bool = True) -> bool:
@@ -44,17 +51,18 @@ class DueWindow:
         if entry.due_ms > self.end:
             return False
         if replace:
-            self.entries[(entry.due_ms, entry.job_id)] = entry
+            self.entries[slot(entry)] = entry
         else:
-            self.entries.setdefault((entry.due_ms, entry.job_id), entry)
+            self.entries.setdefault(slot(entry), entry)
         return True
 
     def take(self, horizon_ms: int, limit: int) -> list[DueEntry]:
         """Removes and returns entries due up to the horizon, earliest first, at most one per
-        job (one transaction cannot touch a key twice) and at most ``limit``. Costs what it
+        job (two claims of one job could touch one key: its state, or a run that a fire would
+        create and a RUN entry rewrite) and at most ``limit``. Costs what it
         takes, not what is due: a backlog of overdue entries is not listed on every round."""
         seen: set[str] = set()
-        keys: list[tuple[int, str]] = []
+        keys: list[tuple[int, str, int]] = []
         for key in self.entries.irange(maximum=(horizon_ms, _LAST)):
             if key[1] in seen:
                 continue

@@ -240,6 +240,12 @@ class PrometheusRecorder:
         )  # fmt: skip
         self._missed = n(Counter, "schedd_missed_fires", "Fires not run, by reason", ["reason"])
         self._dead = n(Counter, "schedd_dead_letters", "Executions moved to the dead letters")
+        self._rejected = n(
+            Counter,
+            "schedd_store_rejected_writes",
+            "Batch items the store refused on their own as malformed, by what they wrote",
+            ["what"],
+        )
         self._ownership = n(
             Counter, "schedd_ownership_changes", "Partitions this node gained or lost"
         )
@@ -307,6 +313,9 @@ class PrometheusRecorder:
 
     def dead_lettered(self) -> None:
         self._dead.inc()
+
+    def write_rejected(self, what: str) -> None:
+        self._rejected.labels(what).inc()
 
     def partitions_owned(self, n: int) -> None:
         self._owned_n = float(n)

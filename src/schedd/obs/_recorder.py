@@ -40,6 +40,10 @@ class MetricsRecorder(Protocol):
     def dead_lettered(self) -> None:
         """Node: an execution ran out of attempts and went to the dead-letter queue."""
 
+    def write_rejected(self, what: str) -> None:
+        """Node: the store refused one item of a batch on its own as malformed (``what``:
+        ``"result"``, ``"claim"``, ``"redelivery"``, ...); it is retried with backoff."""
+
     def partitions_owned(self, n: int) -> None:
         """Node: it now owns ``n`` partitions."""
 
@@ -88,6 +92,9 @@ class NoopRecorder:
         pass
 
     def dead_lettered(self) -> None:
+        pass
+
+    def write_rejected(self, what: str) -> None:
         pass
 
     def partitions_owned(self, n: int) -> None:

@@ -37,7 +37,7 @@ from schedd.store._keys_in_use import (
 )
 from schedd.store._metered import MeteredKV
 from schedd.store._notify import NOTIFY_MAX_IDS, Notice
-from schedd.store._owner import Item, JobView, PartitionStore
+from schedd.store._owner import Applied, Item, JobView, PartitionStore
 from schedd.store._records import (
     FIRE,
     RUN,
@@ -69,6 +69,7 @@ __all__ = [
     "KV",
     "NOTIFY_MAX_IDS",
     "RUN",
+    "Applied",
     "Compare",
     "DueEntry",
     "EncryptionKey",

@@ -318,7 +318,7 @@ class JobStore:
                 ex.state == execution_pb2.EXECUTION_RETRY_WAIT
                 or ex.trigger != execution_pb2.TRIGGER_SCHEDULE
             ):
-                due_keys.append(k.due_key(ex.partition, ex.due_ms, ex.job_id))
+                due_keys.append(k.run_due_key(ex.partition, ex.due_ms, ex.job_id, ex.scheduled_ms))
             count += 1
         return cmps, ops, due_keys, count
 
@@ -425,8 +425,10 @@ class JobStore:
         *,
         payload_override: bytes = b"",
     ) -> list[execution_pb2.Execution]:
-        """Creates PENDING executions for these fire times, due now; existing ones are skipped."""
+        """Creates PENDING executions for these fire times, due now; existing ones are skipped
+        (a time given twice makes one execution)."""
         k, o, p = self.keys, self.ops, self.partition(job.id)
+        scheduled = list(dict.fromkeys(scheduled))
         created: list[execution_pb2.Execution] = []
         for i in range(0, len(scheduled), self.batch):
             nested: list[Op] = []
@@ -442,11 +444,11 @@ class JobStore:
                     o.txn(
                         [
                             o.cmp_create(run_key, 0),
-                            o.cmp_create(k.due_key(p, ex.due_ms, job.id), 0),
+                            o.cmp_create(k.run_due_key(p, ex.due_ms, job.id, sched), 0),
                         ],
                         [
                             o.put(run_key, self.sealer.execution_value(ex)),
-                            o.put(k.due_key(p, ex.due_ms, job.id), entry.encode()),
+                            o.put(k.run_due_key(p, ex.due_ms, job.id, sched), entry.encode()),
                         ],
                     )
                 )
@@ -554,7 +556,9 @@ class JobStore:
                 [
                     o.delete(dlq_key),
                     o.put(run_key, self.sealer.execution_value(live)),
-                    o.put(k.due_key(p, live.due_ms, ex.job_id), entry.encode()),
+                    o.put(
+                        k.run_due_key(p, live.due_ms, ex.job_id, ex.scheduled_ms), entry.encode()
+                    ),
                     *_notify(o, k, {p: [ex.job_id]}),
                 ],
             )

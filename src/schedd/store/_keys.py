@@ -10,7 +10,11 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     state/{job}                       JobState JSON: next due key, next and last fire (small,
                                       rewritten by every claim so the spec is never rewritten)
     notify/{p:04d}                    job ids the API just changed; the owner watches notify/
-    due/{p:04d}/{due_ms:013d}/{job}   DueEntry: the time-ordered due index of partition p
+    due/{p:04d}/{due_ms:013d}/{job}   DueEntry FIRE: the job's next schedule fire
+    due/{p:04d}/{due_ms:013d}/{job}/{sched_ms:013d}
+                                      DueEntry RUN: the durable timer of one execution (a
+                                      retry, trigger, redrive); it names the execution, so two
+                                      executions due at one instant never share a key
     runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
     dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
     idem/{tenant}/{key}               job id (idempotent create)
@@ -131,15 +135,25 @@ class Keys:
     def due_key(self, partition: int, due_ms: int, job_id: str) -> bytes:
         return _due_key(self.due_prefix(partition), due_ms, job_id.encode())
 
+    def run_due_key(self, partition: int, due_ms: int, job_id: str, scheduled_ms: int) -> bytes:
+        """The RUN entry of the execution ``job_id@scheduled_ms``, due at ``due_ms``."""
+        return _run_due_key(self.due_prefix(partition), due_ms, job_id.encode(), scheduled_ms)
+
     def due_until(self, partition: int, until_ms: int) -> bytes:
         """Range end that includes every due key with ``due_ms <= until_ms``."""
         return self.due_prefix(partition) + b"%013d0" % until_ms
 
-    def parse_due_key(self, key: bytes) -> tuple[int, int, str]:
-        """``due/{p}/{ms}/{job}`` -> (partition, due_ms, job_id)."""
+    def parse_due_key(self, key: bytes) -> tuple[int, int, str, int]:
+        """``due/{p}/{ms}/{job}[/{sched}]`` -> (partition, due_ms, job_id, sched_ms or 0).
+
+        Job ids cannot contain ``/`` (see ``model.check_text``), so a fourth part is always
+        the scheduled time of the execution a RUN entry names. 0: a FIRE key, or a RUN key
+        written before RUN keys named their execution (format 1 nodes).
+        """
         rest = key[len(self.prefix) + len(b"due/") :]
         p, ms, job = rest.split(b"/", 2)
-        return int(p), int(ms), job.decode()
+        job, _, sched = job.partition(b"/")
+        return int(p), int(ms), job.decode(), int(sched or 0)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def ckpt_prefix(self, partition: int) -> bytes:
@@ -191,6 +205,10 @@ def _due_key(due_prefix: bytes, due_ms: int, jid: bytes) -> bytes:
     return due_prefix + b"%013d/" % due_ms + jid
 
 
+def _run_due_key(due_prefix: bytes, due_ms: int, jid: bytes, scheduled_ms: int) -> bytes:
+    return due_prefix + b"%013d/" % due_ms + jid + b"/%013d" % scheduled_ms
+
+
 def _run_key(runs_prefix: bytes, jid: bytes, scheduled_ms: int) -> bytes:
     return runs_prefix + jid + b"/%013d" % scheduled_ms
 
@@ -217,6 +235,9 @@ class PartitionKeys:
 
     def due_key(self, due_ms: int, jid: bytes) -> bytes:
         return _due_key(self.due, due_ms, jid)
+
+    def run_due_key(self, due_ms: int, jid: bytes, scheduled_ms: int) -> bytes:
+        return _run_due_key(self.due, due_ms, jid, scheduled_ms)
 
     def run_key(self, jid: bytes, scheduled_ms: int) -> bytes:
         return _run_key(self.runs, jid, scheduled_ms)

@@ -26,13 +26,35 @@ from schedd.store._records import (
 )
 from schedd.store._sealing import Sealer
 from schedd.store._types import Fence, KeyValue, prefix_end
-from schedd.store.abc import KV, KeyValueView, TxnResult
+from schedd.store.abc import KV, KeyValueView, TxnRejected, TxnResult
 from schedd.v1 import execution_pb2
 
 #: Compares and ops that must apply together for one job: a nested transaction made by the
 #: backend's op builder (for etcd, the wire bytes of one ``success`` entry of the outer txn).
 #: The owner builds thousands a second; bytes cost a fraction of protobuf messages.
 Item = NewType("Item", object)
+
+
+@dataclass(slots=True)
+class Applied:
+    """What :meth:`PartitionStore.apply` did with a batch of items, by item index.
+
+    Attributes:
+        ok: whether the item's compares held and it was written.
+        revisions: the revision it was written at (0 when it was not): the fencing token of
+            every execution it wrote.
+        rejected: items the store refused on their own as malformed, with the store's
+            reason; never written, and refused again if sent again as they are.
+    """
+
+    ok: list[bool]
+    revisions: list[int]
+    rejected: dict[int, str]
+
+    @property
+    def revision(self) -> int:
+        """The last revision written (0: nothing was)."""
+        return max(self.revisions, default=0)
 
 
 @dataclass
@@ -81,6 +103,7 @@ class PartitionStore:
         pk = keys.partition_keys(self.partition)
         self._job_key, self._state_key = pk.job_key, pk.state_key
         self._due_key, self._run_key = pk.due_key, pk.run_key
+        self._run_due_key = pk.run_due_key
         # The claim path concatenates these itself (a call per key costs more than the key).
         self._job_pfx, self._state_pfx = pk.jobs, pk.states
         ops = kv.ops
@@ -98,8 +121,15 @@ class PartitionStore:
         return [self.due_entry(kv) for kv in kvs], rev
 
     def due_entry(self, kv: KeyValue) -> DueEntry:
-        p, due_ms, job_id = self.keys.parse_due_key(kv.key)
-        return DueEntry.decode(p, due_ms, job_id, kv.value, kv.mod_revision)
+        p, due_ms, job_id, key_sched = self.keys.parse_due_key(kv.key)
+        return DueEntry.decode(p, due_ms, job_id, kv.value, kv.mod_revision, key_sched)
+
+    def entry_key(self, entry: DueEntry) -> bytes:
+        """The key a due entry is stored at."""
+        jid = entry.job_id.encode()
+        if entry.names_execution:
+            return self._run_due_key(entry.due_ms, jid, entry.scheduled_ms)
+        return self._due_key(entry.due_ms, jid)
 
     async def load_runs(self) -> list[execution_pb2.Execution]:
         """Live executions of the partition, tokens filled from mod revisions, each with its
@@ -185,16 +215,24 @@ class PartitionStore:
     async def _fill_due(self, views: dict[str, JobView]) -> None:
         keys: list[bytes] = []
         for job_id, view in views.items():
+            jid = job_id.encode()
             if view.cached is not None and view.cached.state.due_ms:
-                keys.append(self.keys.due_key(self.partition, view.cached.state.due_ms, job_id))
+                keys.append(self._due_key(view.cached.state.due_ms, jid))
             for ex in view.runs:
                 if ex.due_ms:
-                    keys.append(self.keys.due_key(self.partition, ex.due_ms, job_id))
+                    keys.append(self._run_due_key(ex.due_ms, jid, ex.scheduled_ms))
+                    # Written by a node of key format 1 (its RUN keys did not name the run).
+                    keys.append(self._due_key(ex.due_ms, jid))
         found = await self.kv.get_many(list(dict.fromkeys(keys)), per_txn=self.max_items)
+        seen: set[tuple[str, int, str, int]] = set()
         for kv in found:
             if kv is not None:
                 entry = self.due_entry(kv)
-                views[entry.job_id].due.append(entry)
+                # A FIRE key and a legacy RUN key are one key: listed once.
+                ident = (entry.job_id, entry.due_ms, entry.kind, entry.scheduled_ms)
+                if ident not in seen:
+                    seen.add(ident)
+                    views[entry.job_id].due.append(entry)
 
     async def get_runs(
         self, wanted: Iterable[tuple[str, int]]
@@ -210,39 +248,47 @@ class PartitionStore:
 
     # -- the fenced batch -------------------------------------------------------------------
 
-    async def apply(self, items: Sequence[Item]) -> tuple[list[bool], int]:
-        """Applies items as nested txns under the fence; per item, whether its compares held.
+    async def apply(self, items: Sequence[Item]) -> Applied:
+        """Applies items as nested txns under the fence: per item, whether it was written.
+
+        Items go ``max_items`` to a transaction. A transaction the store refuses as
+        malformed (:class:`TxnRejected`: one key written twice) is split in halves and each
+        half applied on its own, down to the single item that cannot be written: it alone is
+        left out (``Applied.rejected``) and every other item is written as if it had never
+        shared a batch with it.
 
         Returns:
-            (outcome per item, revision of the last transaction). The revision is the fencing
-            token of every execution a successful item wrote.
+            Per item: whether its compares held and it was written, the revision it was
+            written at (the fencing token of every execution it wrote), and the items the
+            store refused on their own with its reason.
 
         Raises:
             FencedOut: the fence no longer holds; nothing of that chunk was written.
         """
-        outcomes: list[bool] = []
-        revision = 0
-        fence = [self.fence.compare(self.kv.ops)]
+        applied = Applied([], [], {})
         for i in range(0, len(items), self.max_items):
-            chunk = items[i : i + self.max_items]
-            async with self._write_gate:
-                resp = await self.kv.txn(fence, chunk)
-            if not resp.succeeded:
-                raise FencedOut(self.partition, self.fence.epoch)
-            revision = resp.revision
-            outcomes += resp.nested_outcomes()
-        return outcomes, revision
+            await self._apply_chunk(items, i, min(len(items), i + self.max_items), applied)
+        return applied
 
-    async def apply_each(self, items: Sequence[Item]) -> tuple[list[bool], list[int]]:
-        """Like :meth:`apply`, but also the revision each item was written at."""
-        outcomes: list[bool] = []
-        revisions: list[int] = []
-        for i in range(0, len(items), self.max_items):
-            chunk = items[i : i + self.max_items]
-            ok, rev = await self.apply(chunk)
-            outcomes += ok
-            revisions += [rev] * len(chunk)
-        return outcomes, revisions
+    async def _apply_chunk(self, items: Sequence[Item], start: int, end: int, out: Applied) -> None:
+        """Applies ``items[start:end]`` in one transaction, or split if the store refuses it."""
+        try:
+            async with self._write_gate:
+                resp = await self.kv.txn([self.fence.compare(self.kv.ops)], items[start:end])
+        except TxnRejected as exc:
+            if end - start == 1:
+                out.ok.append(False)
+                out.revisions.append(0)
+                out.rejected[start] = str(exc)
+                return
+            middle = (start + end) // 2
+            await self._apply_chunk(items, start, middle, out)
+            await self._apply_chunk(items, middle, end, out)
+            return
+        if not resp.succeeded:
+            raise FencedOut(self.partition, self.fence.epoch)
+        out.ok += resp.nested_outcomes()
+        out.revisions += [resp.revision] * (end - start)
 
     # -- item builders ------------------------------------------------------------------------
 
@@ -300,7 +346,7 @@ class PartitionStore:
 
     def drop_due(self, entry: DueEntry) -> Item:
         """Removes a due entry that points at nothing (its job or execution is gone)."""
-        due_key = self._due_key(entry.due_ms, entry.job_id.encode())
+        due_key = self.entry_key(entry)
         return Item(
             self._txn([self._cmp_mod(due_key, entry.mod_revision)], [self._delete(due_key)])
         )
@@ -315,19 +361,21 @@ class PartitionStore:
         """Rewrites a live execution (new attempt, redelivery, re-token), compared on its token.
 
         The write's revision becomes the execution's new fencing token. ``consume`` deletes the
-        RUN due entry that led here; ``add_due_ms`` adds one (a retry's durable timer).
+        RUN due entry that led here; ``add_due_ms`` adds one (a retry's durable timer), at a
+        key that names this execution: two executions told to retry at the same instant
+        (a breaker's cool-down, a ``Retry-After`` date) never write one key.
         """
         jid = execution.job_id.encode()
         run_key = self._run_key(jid, execution.scheduled_ms)
         compares = [self._cmp_mod(run_key, execution.fencing_token)]
         ops = [self._put(run_key, self._encode_execution(execution))]
         if consume is not None:
-            due_key = self._due_key(consume.due_ms, jid)
+            due_key = self.entry_key(consume)
             compares.append(self._cmp_mod(due_key, consume.mod_revision))
             ops.append(self._delete(due_key))
         if add_due_ms:
             value = DueEntry.encode_value(RUN, execution.scheduled_ms)
-            ops.append(self._put(self._due_key(add_due_ms, jid), value))
+            ops.append(self._put(self._run_due_key(add_due_ms, jid, execution.scheduled_ms), value))
         return Item(self._txn(compares, ops))
 
     def save_checkpoint(self, execution: execution_pb2.Execution) -> Item:

@@ -18,7 +18,12 @@ RUN = "r"
 
 @dataclass(frozen=True)
 class DueEntry:
-    """One key of the due index: ``due/{partition}/{due_ms}/{job_id}``."""
+    """One key of the due index: ``due/{p}/{due_ms}/{job_id}`` (FIRE) or
+    ``due/{p}/{due_ms}/{job_id}/{scheduled_ms}`` (RUN: it names its execution).
+
+    ``legacy_key``: a RUN entry read from a key without the scheduled time (written by a
+    node of key format 1); it is consumed or dropped at the key it was read from.
+    """
 
     partition: int
     due_ms: int
@@ -26,6 +31,12 @@ class DueEntry:
     kind: str
     scheduled_ms: int
     mod_revision: int = 0
+    legacy_key: bool = False
+
+    @property
+    def names_execution(self) -> bool:
+        """Whether the entry's key carries its scheduled time (every RUN entry written now)."""
+        return self.kind != FIRE and not self.legacy_key
 
     def encode(self) -> bytes:
         return self.encode_value(self.kind, self.scheduled_ms)
@@ -37,10 +48,19 @@ class DueEntry:
 
     @staticmethod
     def decode(
-        partition: int, due_ms: int, job_id: str, value: bytes, mod_revision: int
+        partition: int,
+        due_ms: int,
+        job_id: str,
+        value: bytes,
+        mod_revision: int,
+        key_scheduled_ms: int = 0,
     ) -> DueEntry:
+        """The entry stored at a due key (``key_scheduled_ms``: the key's fourth part, 0 if
+        none) with this value."""
         text = value.decode()
-        return DueEntry(partition, due_ms, job_id, text[:1], int(text[1:] or 0), mod_revision)
+        kind = text[:1]
+        legacy = kind != FIRE and not key_scheduled_ms
+        return DueEntry(partition, due_ms, job_id, kind, int(text[1:] or 0), mod_revision, legacy)
 
 
 @dataclass

@@ -253,7 +253,10 @@ class Rekeyer:
 
     async def _plan_runs(self, kvs: Sequence[KeyValue]) -> list[_Plan]:
         runs = [decode_execution(kv.value, kv.mod_revision) for kv in kvs]
-        due_keys = [self.keys.due_key(ex.partition, ex.due_ms, ex.job_id) for ex in runs]
+        due_keys = [
+            self.keys.run_due_key(ex.partition, ex.due_ms, ex.job_id, ex.scheduled_ms)
+            for ex in runs
+        ]
         dues = await self.kv.get_many(due_keys)
         plans = []
         for kv, ex, due in zip(kvs, runs, dues, strict=True):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from schedd._clock import Clock
@@ -32,6 +33,9 @@ SHUTDOWN_REASON = "worker shutting down"
 #: A NodeBatch holding at least this many executions for later freezes what is alive.
 _FREEZE_AFTER = 256
 
+
+#: Executions whose refused result was logged at warning level, remembered at most.
+_REFUSALS_REMEMBERED = 10_000
 
 #: Why a held execution was given back unstarted (see ``Attempts._unvouched``).
 UNVOUCHED_REASON = "its node no longer vouched for its partitions at the start instant"
@@ -85,6 +89,7 @@ class Attempts:
         loop = runtime.loop
         #: Attempts started (or waiting for an older attempt) and not reported, by id.
         self.running: dict[str, Execution] = {}
+        self._refusals_logged: OrderedDict[str, None] = OrderedDict()
         #: Executions started and not yet reported (held ones start only while < capacity).
         self._active = 0
         self._deadlines = DeadlineQueue(loop)
@@ -103,14 +108,7 @@ class Attempts:
         unmatched = [c for c in batch.cancels if not self._cancel(c)]
         for ack in batch.acks:
             if not ack.accepted:
-                log.warning(
-                    "node refused result of %s (token %d, code %d): %s; not retrying",
-                    ack.execution_id,
-                    ack.fencing_token,
-                    ack.code,
-                    ack.message,
-                    extra={"execution": ack.execution_id, "token": ack.fencing_token},
-                )
+                self._refused(ack)
         dispatches = batch.dispatches
         if dispatches:
             held = 0
@@ -133,6 +131,27 @@ class Attempts:
         if dispatches and unmatched:
             for c in unmatched:
                 self._cancel(c)
+
+    def _refused(self, ack: worker_pb2.ResultAck) -> None:
+        """A node refused a result: the worker does not send it again (the ledger keeps it;
+        the node hands the execution out again if it still should run, and the ledger
+        answers). Said once per execution at warning level, later refusals at debug level:
+        an execution refused again and again must not flood the log."""
+        first = ack.execution_id not in self._refusals_logged
+        if first:
+            self._refusals_logged[ack.execution_id] = None
+            if len(self._refusals_logged) > _REFUSALS_REMEMBERED:
+                self._refusals_logged.popitem(last=False)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "node refused result of %s (token %d, code %d): %s; not sending it again%s",
+            ack.execution_id,
+            ack.fencing_token,
+            ack.code,
+            ack.message,
+            "; further refusals of it are logged at debug level" if first else "",
+            extra={"execution": ack.execution_id, "token": ack.fencing_token},
+        )
 
     def _cancel(self, c: worker_pb2.Cancel) -> bool:
         """Cancel what runs or is held under ``c``'s token; False if nothing matched."""
