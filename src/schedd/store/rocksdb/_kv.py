@@ -16,9 +16,10 @@ How (see :mod:`._layout` for the keys): each transaction is evaluated synchronou
 event loop against the applied state, so transactions are serialised without a lock, and
 written as one WriteBatch (keys, lease index, log entry, revision) without sync. The caller
 then waits for a group sync: one fsync of the WAL in a thread covers every batch written
-before it started, so concurrent writers share it. Until it is done, readers read a
-RocksDB snapshot taken at the last synced revision. Reads in the past undo the log's later
-entries; watches replay the log and wake on each sync.
+before it started, so concurrent writers share it. Reads at the synced revision (or an
+older one) read the database and undo the log entries of the later revisions; the newest
+entries are also kept decoded in memory, so that costs little. Watches replay the log and
+wake on each sync.
 
 Left out, like the memory backend: ``timeout_s`` is ignored; a watch never lags or breaks
 while the store is open; nothing compacts on its own. ``range`` without a limit reads its
@@ -28,12 +29,13 @@ whole range in one go on the event loop (``range_all`` yields between pages).
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocksdict import Rdict, Snapshot, WriteBatch, WriteOptions
+from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
@@ -50,21 +52,20 @@ from schedd.store.abc import KV, Compare, Op
 from schedd.store.rocksdb._layout import COMPACTED_KEY, LEASE_KEY, Change, log_key, u64
 from schedd.store.rocksdb._open import StoredMeta, open_store
 from schedd.store.rocksdb._reads import (
-    DbSource,
-    SnapshotSource,
-    Source,
+    Entries,
     count,
     get_kv,
     leased_keys,
     leases_with_keys,
     log_entries,
-    scan,
-    scan_as_of,
+    scan_at,
 )
 from schedd.store.rocksdb._writer import RevisionWriter, run_steps
 
 #: Log entries a watch reads per step (bounded work on the event loop).
 WATCH_CHUNK = 256
+#: How many of the newest revisions' changes are kept decoded (for watches and reads).
+RECENT = 4096
 
 
 @dataclass
@@ -93,9 +94,9 @@ class RocksKV:
         self._next_lease = meta.next_lease
         self._written = 0  # batches written, and how many of them a sync covered
         self._synced = 0
+        self._syncs = 0
         self._syncing: asyncio.Future[None] | None = None
-        # The state at _durable while _durable < _applied (None: the database is that state).
-        self._snapshot: Snapshot | None = None
+        self._recent: Entries = []  # the newest revisions' changes, oldest first
         self._leases: dict[int, _Lease] = {}
         self._changed = asyncio.Event()
         self._broken: str | None = None  # why calls are refused (closed, or a failed write)
@@ -123,6 +124,16 @@ class RocksKV:
     def path(self) -> Path:
         return self._path
 
+    @property
+    def syncs(self) -> int:
+        """WAL syncs so far; with :attr:`batches` it shows how much group commit shares."""
+        return self._syncs
+
+    @property
+    def batches(self) -> int:
+        """Batches written so far (revisions, grants, compactions)."""
+        return self._written
+
     async def close(self) -> None:
         """Syncs what was written, then releases the directory; calls fail afterwards."""
         if self._closed:
@@ -131,7 +142,6 @@ class RocksKV:
         self._broken = self._broken or f"the schedd store at {self._path} is closed"
         while self._syncing is not None:
             await asyncio.gather(self._syncing, return_exceptions=True)
-        self._snapshot = None  # snapshots pin the database: drop them before closing it
         self._syncing = asyncio.ensure_future(self._sync(closing=True))
         await asyncio.gather(self._syncing, return_exceptions=True)
         self._wake()
@@ -161,12 +171,13 @@ class RocksKV:
         """Writes the writer's revision, if it changed anything, as the applied state."""
         if not writer.changed:
             return
-        if self._snapshot is None:  # readers keep the synced state until this one is synced
-            self._snapshot = self._db.snapshot()
         batch = WriteBatch(raw_mode=True)
-        writer.fill(batch)
+        changes = writer.fill(batch)
         self._write(batch)
         self._applied = writer.revision
+        self._recent.append((writer.revision, changes))
+        if len(self._recent) > 2 * RECENT:
+            del self._recent[:-RECENT]
 
     async def _sync_to(self, written: int) -> None:
         """Returns once batch number ``written`` is on disk (joining a sync under way)."""
@@ -177,13 +188,12 @@ class RocksKV:
 
     async def _sync(self, *, closing: bool = False) -> None:
         written, revision = self._written, self._applied
-        # What readers see once this sync is done, if writes come meanwhile.
-        snapshot = self._db.snapshot() if revision > self._durable and not closing else None
         try:
             if closing:
                 await asyncio.to_thread(_sync_and_close, self._db)
             else:
                 self._check_open()
+                self._syncs += 1
                 await asyncio.to_thread(self._db.flush_wal, True)
         except Unavailable:
             raise
@@ -194,7 +204,6 @@ class RocksKV:
         self._synced = max(self._synced, written)
         if revision > self._durable:
             self._durable = revision
-            self._snapshot = None if revision == self._applied else snapshot
             self._wake()
 
     # -- entering a call ----------------------------------------------------------------------
@@ -211,15 +220,14 @@ class RocksKV:
 
     def _delete_leased(self, lease_id: int) -> None:
         """Deletes the lease's keys in one revision (none when it has no keys)."""
-        applied = DbSource(self._db)
-        writer = RevisionWriter(applied, self._applied + 1)
-        for key in leased_keys(applied, lease_id):
+        writer = RevisionWriter(self._db, self._applied + 1)
+        for key in leased_keys(self._db, lease_id):
             writer.delete(key, b"")
         self._apply(writer)
 
     async def _revoke_leases_left(self) -> None:
         """Revokes every lease a previous process left: nobody keeps them alive any more."""
-        left = leases_with_keys(DbSource(self._db))
+        left = leases_with_keys(self._db)
         for lease_id in left:
             self._delete_leased(lease_id)
         if left:
@@ -228,23 +236,39 @@ class RocksKV:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def _source(self) -> Source:
-        """The synced state (see the module docstring)."""
-        if self._snapshot is not None:
-            return SnapshotSource(self._snapshot)
-        return DbSource(self._db)
+    def _changes(self, first: int, last: int, most: int) -> Entries:
+        """The changes of revisions ``first..last`` (at most ``most``), from memory if kept."""
+        if first > last:
+            return []
+        recent = self._recent
+        if recent and recent[0][0] <= first:
+            at = bisect.bisect_left(recent, first, key=lambda entry: entry[0])
+            return recent[at : at + min(most, last - first + 1)]
+        return log_entries(self._db, first, last, most)
 
-    def _check_readable(self, revision: int, current: int) -> None:
+    def _read(
+        self, start: bytes, end: bytes, revision: int, *, limit: int = 0, keys_only: bool = False
+    ) -> list[KeyValue]:
+        """Keys in ``[start, end)`` as of ``revision`` (0: the synced one): synchronous."""
+        revision = revision if revision > 0 else self._durable
         if revision < self._compacted:
             raise RevisionCompacted(
                 f"required revision {revision} has been compacted (at {self._compacted})"
             )
-        if revision > current:
+        if revision > self._durable:
             raise Unavailable(f"required revision {revision} is a future revision")
+        later = self._changes(revision + 1, self._applied, self._applied - revision)
+        found = scan_at(self._db, start, end, later, limit=limit)
+        if keys_only:
+            found = [replace(kv, value=b"") for kv in found]
+        return found
 
     async def get(self, key: bytes) -> KeyValue | None:
         await self._enter()
-        return get_kv(self._source(), key)
+        if self._durable == self._applied:
+            return get_kv(self._db, key)
+        found = self._read(key, b"", 0)
+        return found[0] if found else None
 
     async def range(
         self,
@@ -256,16 +280,9 @@ class RocksKV:
         keys_only: bool = False,
     ) -> tuple[list[KeyValue], int, bool]:
         await self._enter()
-        source, current = self._source(), self._durable
-        if revision <= 0 or revision == current:
-            found = scan(source, start, end, limit=limit + 1 if limit else 0, keys_only=keys_only)
-        else:
-            self._check_readable(revision, current)
-            found = scan_as_of(source, start, end, revision, current)
-            if keys_only:
-                found = [replace(kv, value=b"") for kv in found]
+        found = self._read(start, end, revision, limit=limit, keys_only=keys_only)
         more = bool(limit) and len(found) > limit
-        return (found[:limit] if limit else found), current, more
+        return (found[:limit] if limit else found), self._durable, more
 
     async def range_all(
         self,
@@ -276,31 +293,33 @@ class RocksKV:
         revision: int = 0,
         keys_only: bool = False,
     ) -> tuple[list[KeyValue], int]:
+        """Reads pages all at one revision, with the event loop free between them."""
         await self._enter()
-        current = self._durable
-        if revision > 0 and revision != current:
-            kvs, _, _ = await self.range(start, end, revision=revision, keys_only=keys_only)
-            return kvs, revision
-        # One snapshot for every page: all at one revision, with the loop free in between.
-        pinned = SnapshotSource(self._snapshot or self._db.snapshot())
+        revision = revision if revision > 0 else self._durable
+        page = max(page, 1)
         out: list[KeyValue] = []
         lower = start
         while True:
-            chunk = scan(pinned, lower, end, limit=max(page, 1), keys_only=keys_only)
-            out += chunk
-            if len(chunk) < max(page, 1) or not end:
-                return out, current
-            lower = chunk[-1].key + b"\x00"  # the next key after the last one read
+            chunk = self._read(lower, end, revision, limit=page, keys_only=keys_only)
+            out += chunk[:page]
+            if len(chunk) <= page or not end:
+                return out, revision
+            lower = chunk[page - 1].key + b"\x00"  # the next key after the last one kept
             await asyncio.sleep(0)
+            self._check_open()
 
     async def get_many(self, keys: Sequence[bytes], *, per_txn: int = 128) -> list[KeyValue | None]:
         await self._enter()
-        source = self._source()
-        return [get_kv(source, key) for key in keys]
+        if self._durable == self._applied:
+            return [get_kv(self._db, key) for key in keys]
+        found = (self._read(key, b"", 0) for key in keys)
+        return [kvs[0] if kvs else None for kvs in found]
 
     async def count(self, start: bytes, end: bytes) -> int:
         await self._enter()
-        return count(self._source(), start, end)
+        if self._durable == self._applied:
+            return count(self._db, start, end)
+        return len(self._read(start, end, 0, keys_only=True))
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -316,15 +335,23 @@ class RocksKV:
         # From here to _apply nothing awaits: the txn sees and changes one state, alone.
         check_branch(success)
         check_branch(failure)
-        applied = DbSource(self._db)
-        ok, steps = plan(compares, success, failure, lambda c: _holds(applied, c))
+        ok, steps = plan(compares, success, failure, self._holds)
         check_leases(steps, self._leases)
-        writer = RevisionWriter(applied, self._applied + 1)
+        writer = RevisionWriter(self._db, self._applied + 1)
         responses = run_steps(steps, writer)
         self._apply(writer)
         revision = self._applied  # what this txn saw (or wrote): acknowledge it once synced
         await self._sync_to(self._written)
         return TupleTxnResult(ok, revision, responses)
+
+    def _holds(self, compare: Any) -> bool:
+        """Whether a compare holds in the applied state (what the txn will change)."""
+        target, key, expected = compare
+        kv = get_kv(self._db, key, keys_only=True)
+        if kv is None:
+            return bool(expected == 0)
+        actual = kv.create_revision if target == "create" else kv.mod_revision
+        return bool(actual == expected)
 
     async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
         return (await self.txn((), (self.ops.put(key, value, lease),))).revision
@@ -388,7 +415,7 @@ class RocksKV:
             await self._enter()
             if next_rev < self._compacted:
                 raise WatchCompacted(self._compacted)
-            pending = log_entries(self._source(), next_rev, self._durable, WATCH_CHUNK)
+            pending = self._changes(next_rev, self._durable, WATCH_CHUNK)
             for rev, changes in pending:
                 next_rev = rev + 1
                 mine = _events(rev, changes, start, end)
@@ -412,15 +439,6 @@ class RocksKV:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-
-
-def _holds(source: Source, compare: Any) -> bool:
-    target, key, expected = compare
-    kv = get_kv(source, key, keys_only=True)
-    if kv is None:
-        return bool(expected == 0)
-    actual = kv.create_revision if target == "create" else kv.mod_revision
-    return bool(actual == expected)
 
 
 def _events(revision: int, changes: list[Change], start: bytes, end: bytes) -> list[WatchEvent]:

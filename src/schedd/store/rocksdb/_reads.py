@@ -1,15 +1,21 @@
-"""Reads of the rocksdb backend's layout, from the database or from a snapshot of it.
+"""Reads of the rocksdb backend's layout: the state as of now, or as of a revision before it.
 
-Every function here is synchronous and does work proportional to what it returns (or, for a
-read in the past, to the changes since): callers on the event loop keep them bounded.
+The database holds the applied state (every batch written, synced or not). A read at an
+older revision, including the last synced one while a sync is under way, starts from it and
+undoes the changes of every later revision with the records they replaced (:func:`scan_at`).
+(RocksDB snapshots would do it too, but rocksdict's snapshot iterators read the live
+database, 0.3.29: only ``snapshot[key]`` honours the snapshot.)
+
+Every function is synchronous and does work proportional to what it returns plus the
+changes it undoes: callers on the event loop keep both bounded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any
 
-from rocksdict import Rdict, ReadOptions, Snapshot
+from rocksdict import Rdict, ReadOptions
 
 from schedd.store._tuple_ops import TO_END, in_range
 from schedd.store._types import KeyValue, prefix_end
@@ -28,121 +34,73 @@ from schedd.store.rocksdb._layout import (
 
 _LIVE_END = prefix_end(LIVE)
 
-
-class Source(Protocol):
-    """Where reads come from: the database as of now, or a snapshot of it."""
-
-    def get(self, stored_key: bytes) -> bytes | None: ...
-
-    def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Stored (key, value) pairs in ``[lower, upper)``, in byte order."""
-        ...
+#: Changes of consecutive revisions, oldest first: (revision, changes).
+Entries = list[tuple[int, list[Change]]]
 
 
-def _bounded(pairs: Iterable[tuple[Any, Any]], upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """Raw mode gives bytes; rocksdict's stubs type them for every mode."""
+def items(db: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Stored (key, value) pairs in ``[lower, upper)``, in byte order."""
+    options = ReadOptions()
+    options.set_iterate_upper_bound(upper)
+    pairs: Any = db.items(from_key=lower, read_opt=options)  # raw mode: bytes (stubs say any)
     for key, value in pairs:
         if key >= upper:  # the bound in ReadOptions stops RocksDB; this one stops us
             return
         yield key, value
 
 
-def _read_options(upper: bytes) -> ReadOptions:
-    options = ReadOptions()
-    options.set_iterate_upper_bound(upper)
-    return options
-
-
-class DbSource:
-    """Reads the database as of now (for writers: the applied state)."""
-
-    def __init__(self, db: Rdict) -> None:
-        self._db = db
-
-    def get(self, stored_key: bytes) -> bytes | None:
-        value: bytes | None = self._db.get(stored_key)
-        return value
-
-    def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        return _bounded(self._db.items(from_key=lower, read_opt=_read_options(upper)), upper)
-
-
-class SnapshotSource:
-    """Reads a RocksDB snapshot: the state as of the moment it was taken."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self._snapshot = snapshot
-
-    def get(self, stored_key: bytes) -> bytes | None:
-        for _, value in self.items(stored_key, stored_key + b"\x00"):
-            return value
-        return None
-
-    def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        pairs = self._snapshot.items(from_key=lower, read_opt=_read_options(upper))
-        return _bounded(pairs, upper)
-
-
-def get_kv(source: Source, key: bytes, *, keys_only: bool = False) -> KeyValue | None:
-    data = source.get(live_key(key))
+def get_kv(db: Rdict, key: bytes, *, keys_only: bool = False) -> KeyValue | None:
+    data: bytes | None = db.get(live_key(key))
     return None if data is None else decode_record(key, data, keys_only=keys_only)
 
 
-def _live_items(source: Source, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+def _live_items(db: Rdict, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
     upper = _LIVE_END if end == TO_END else live_key(end)
-    return source.items(live_key(start), upper)
+    return items(db, live_key(start), upper)
 
 
 def scan(
-    source: Source, start: bytes, end: bytes, *, limit: int = 0, keys_only: bool = False
+    db: Rdict, start: bytes, end: bytes, *, limit: int = 0, keys_only: bool = False
 ) -> list[KeyValue]:
-    """The keys in ``[start, end)`` as of the source (``end == b""``: the key ``start``).
+    """The keys in ``[start, end)`` as of now (``end == b""``: the key ``start``).
 
     With ``limit``, at most that many (ask for one more to learn whether there are more).
     """
     if not end:
-        kv = get_kv(source, start, keys_only=keys_only)
+        kv = get_kv(db, start, keys_only=keys_only)
         return [] if kv is None else [kv]
     out: list[KeyValue] = []
-    for stored, data in _live_items(source, start, end):
+    for stored, data in _live_items(db, start, end):
         out.append(decode_record(stored[1:], data, keys_only=keys_only))
         if limit and len(out) >= limit:
             break
     return out
 
 
-def count(source: Source, start: bytes, end: bytes) -> int:
+def count(db: Rdict, start: bytes, end: bytes) -> int:
     if not end:
-        return 0 if source.get(live_key(start)) is None else 1
-    return sum(1 for _ in _live_items(source, start, end))
+        return 0 if db.get(live_key(start)) is None else 1
+    return sum(1 for _ in _live_items(db, start, end))
 
 
-def log_entries(source: Source, first: int, last: int, most: int) -> list[tuple[int, list[Change]]]:
-    """The log's entries for revisions ``first..last`` (at most ``most`` of them), in order.
-
-    A revision that changed nothing has no entry (only compaction leaves gaps before it).
-    """
-    out: list[tuple[int, list[Change]]] = []
+def log_entries(db: Rdict, first: int, last: int, most: int) -> Entries:
+    """The log's entries for revisions ``first..last`` (at most ``most``), oldest first."""
+    out: Entries = []
     if first > last:
         return out
-    for stored, data in source.items(log_key(first), log_key(last + 1)):
+    for stored, data in items(db, log_key(first), log_key(last + 1)):
         out.append((int.from_bytes(stored[1:], "big"), decode_changes(data)))
         if len(out) >= most:
             break
     return out
 
 
-def scan_as_of(
-    source: Source, start: bytes, end: bytes, revision: int, current: int
-) -> list[KeyValue]:
-    """The keys in ``[start, end)`` as of ``revision``, from the state at ``current``.
-
-    Undoes the changes of every later revision, newest first, with the records they
-    replaced: costs the keys in the range plus the changes since ``revision``.
-    """
-    state = {kv.key: kv for kv in scan(source, start, end)}
-    undo = log_entries(source, revision + 1, current, most=current - revision)
-    for _, changes in reversed(undo):
+def undo(kvs: list[KeyValue], later: Entries, start: bytes, end: bytes) -> list[KeyValue]:
+    """``kvs`` (the keys in ``[start, end)`` now) as they were before the ``later`` changes."""
+    if not later:
+        return kvs
+    state = {kv.key: kv for kv in kvs}
+    for _, changes in reversed(later):
         for key, before, _after in reversed(changes):
             if not in_range(key, start, end):
                 continue
@@ -153,12 +111,38 @@ def scan_as_of(
     return [state[key] for key in sorted(state)]
 
 
-def leases_with_keys(source: Source) -> list[int]:
+def scan_at(
+    db: Rdict, start: bytes, end: bytes, later: Entries, *, limit: int = 0
+) -> list[KeyValue]:
+    """The keys in ``[start, end)`` before the ``later`` changes (all those after a revision).
+
+    Reads the live keys in spans and undoes the changes inside each span, so a ``limit`` is
+    honoured without reading the whole range: returns at most ``limit + 1`` keys (the extra
+    one says that there are more); values are kept (drop them after, for keys-only reads).
+    """
+    if not end:
+        end = start + b"\x00"  # one key: the span of exactly it
+    if not later:
+        return scan(db, start, end, limit=limit + 1 if limit else 0)
+    out: list[KeyValue] = []
+    lower = start
+    while True:
+        want = limit + 1 - len(out) if limit else 0
+        chunk = scan(db, lower, end, limit=want)
+        done = not want or len(chunk) < want
+        upper = end if done else chunk[-1].key + b"\x00"  # the span this chunk covers
+        out += undo(chunk, later, lower, upper)
+        if done or len(out) > limit:
+            return out[: limit + 1] if limit else out
+        lower = upper
+
+
+def leases_with_keys(db: Rdict) -> list[int]:
     """Every lease that has a key attached, in id order (one seek per lease, not per key)."""
     found: list[int] = []
     lower = LEASED
     while True:
-        first = next(source.items(lower, prefix_end(LEASED)), None)
+        first = next(items(db, lower, prefix_end(LEASED)), None)
         if first is None:
             return found
         lease, _ = parse_lease_key(first[0])
@@ -166,7 +150,7 @@ def leases_with_keys(source: Source) -> list[int]:
         lower = LEASED + u64(lease + 1)
 
 
-def leased_keys(source: Source, lease: int) -> list[bytes]:
+def leased_keys(db: Rdict, lease: int) -> list[bytes]:
     """The keys attached to ``lease``, in key order."""
     prefix = lease_prefix(lease)
-    return [parse_lease_key(k)[1] for k, _ in source.items(prefix, prefix_end(prefix))]
+    return [parse_lease_key(k)[1] for k, _ in items(db, prefix, prefix_end(prefix))]

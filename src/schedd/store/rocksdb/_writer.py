@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rocksdict import WriteBatch
+from rocksdict import Rdict, WriteBatch
 
 from schedd.store._tuple_ops import in_range
 from schedd.store._types import KeyValue
@@ -19,32 +19,36 @@ from schedd.store.rocksdb._layout import (
     log_key,
     u64,
 )
-from schedd.store.rocksdb._reads import Source, get_kv, scan
+from schedd.store.rocksdb._reads import get_kv, scan
 
 
 class RevisionWriter:
     """The writes of one transaction (or one lease's end) at ``revision``.
 
-    Reads through it see the state before it (``source``: the applied state) with its own
+    Reads through it see the state before it (``db``: the applied state) with its own
     writes on top, so ops run in order, each seeing those before it. Nothing reaches the
     database until :meth:`fill` puts everything, the log entry and the new revision into
     one batch.
     """
 
-    def __init__(self, source: Source, revision: int) -> None:
+    def __init__(self, db: Rdict, revision: int) -> None:
         self.revision = revision
-        self._source = source
-        self._before: dict[bytes, KeyValue | None] = {}
-        self._after: dict[bytes, KeyValue | None] = {}  # in the order keys were first written
+        self._db = db
+        self._before: dict[bytes, KeyValue | None] = {}  # per key written: before the txn
+        self._after: dict[bytes, KeyValue | None] = {}  # per key written: after it
+        # Every change in op order. A key is written once per txn, except where etcd's
+        # duplicate check lets it through (a put in one nested txn, a delete range of a
+        # later sibling): then the watch sees both, as on etcd.
+        self._changes: list[Change] = []
 
     @property
     def changed(self) -> bool:
-        return any(self._before[k] is not None or v is not None for k, v in self._after.items())
+        return bool(self._changes)
 
     def current(self, key: bytes) -> KeyValue | None:
         if key in self._after:
             return self._after[key]
-        return get_kv(self._source, key)
+        return get_kv(self._db, key)
 
     def put(self, key: bytes, value: bytes, lease: int) -> None:
         prev, rev = self.current(key), self.revision
@@ -66,29 +70,26 @@ class RevisionWriter:
         if not end:
             kv = self.current(start)
             return [] if kv is None else [kv]
-        found: dict[bytes, KeyValue | None] = {kv.key: kv for kv in scan(self._source, start, end)}
+        found: dict[bytes, KeyValue | None] = {kv.key: kv for kv in scan(self._db, start, end)}
         for key, after in self._after.items():
             if in_range(key, start, end):
                 found[key] = after
         return [kv for _, kv in sorted(found.items()) if kv is not None]
 
     def _record(self, key: bytes, after: KeyValue | None) -> None:
+        before = self.current(key)
         if key not in self._after:
-            self._before[key] = get_kv(self._source, key)
+            self._before[key] = before
         self._after[key] = after
-
-    def changes(self) -> list[Change]:
-        """(key, before, after) per key written, in the order first written."""
-        return [
-            (key, self._before[key], after)
-            for key, after in self._after.items()
-            if self._before[key] is not None or after is not None
-        ]
+        self._changes.append((key, before, after))
 
     def fill(self, batch: WriteBatch) -> list[Change]:
-        """Adds this revision to ``batch``: keys, lease index, log entry, revision."""
-        changes = self.changes()
-        for key, before, after in changes:
+        """Adds this revision to ``batch``: keys, lease index, log entry, revision.
+
+        Returns the revision's changes in op order (what its log entry holds).
+        """
+        for key, after in self._after.items():
+            before = self._before[key]
             if after is None:
                 batch.delete(live_key(key))
             else:
@@ -101,9 +102,9 @@ class RevisionWriter:
                 batch.delete(lease_key(before.lease, key))
             if after is not None and after.lease:
                 batch.put(lease_key(after.lease, key), b"")
-        batch.put(log_key(self.revision), encode_changes(changes))
+        batch.put(log_key(self.revision), encode_changes(self._changes))
         batch.put(REVISION_KEY, u64(self.revision))
-        return changes
+        return self._changes
 
 
 def run_steps(steps: Sequence[Any], writer: RevisionWriter) -> list[Any]:
