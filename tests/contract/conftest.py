@@ -10,8 +10,7 @@ import pytest
 from contract.backends import Backend
 from schedd._clock import ManualClock
 from schedd.dev import EtcdProcess
-from schedd.store import EtcdConfig, EtcdKV, MemoryKV
-from schedd.store.rocksdb import RocksKV
+from schedd.store import EtcdConfig, EtcdKV, MemoryKV, RocksKV
 
 
 @pytest.fixture(params=["memory", "rocksdb", "etcd"])
