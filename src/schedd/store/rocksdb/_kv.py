@@ -112,7 +112,11 @@ class RocksKV:
         """
         db, meta = await asyncio.to_thread(open_store, Path(path))
         kv = cls(db, Path(path), meta, clock or SystemClock())
-        await kv._revoke_leases_left()
+        try:
+            await kv._revoke_leases_left()
+        except BaseException:
+            await kv.close()  # release the directory: the caller never got the store
+            raise
         return kv
 
     @property
@@ -454,8 +458,10 @@ def _events(revision: int, changes: list[Change], start: bytes, end: bytes) -> l
 
 
 def _sync_and_close(db: Rdict) -> None:
-    db.flush_wal(True)
-    db.close()
+    try:
+        db.flush_wal(True)
+    finally:
+        db.close()  # releases the directory's lock even when the sync failed
 
 
 if TYPE_CHECKING:  # the type checker proves the backend meets the contract
