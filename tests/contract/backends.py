@@ -22,7 +22,7 @@ class Backend:
         return self.prefix + name.encode()
 
     async def pass_time(self, seconds: float) -> None:
-        """Real seconds on etcd; a manual clock's on the memory store (no sleeping)."""
+        """Real seconds on etcd; a manual clock's on the in-process stores (no sleeping)."""
         if self.clock is None:
             await asyncio.sleep(seconds)
         else:

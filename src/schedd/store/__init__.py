@@ -4,8 +4,9 @@ Everything outside this package imports from here, never from its underscore mod
 
 - the contract: :class:`KV` (a revisioned key-value store with etcd's semantics),
   :class:`OpBuilder`, :class:`TxnResult`, :class:`KeyValue`, watch types and errors;
-- the backends: :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``), and
-  :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests;
+- the backends: :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``),
+  :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests, and
+  :class:`RocksKV` (``schedd.store.rocksdb``), durable on one machine;
 - the layout: :class:`Keys` and the execution id helpers;
 - the schedd transactions on top: :class:`PartitionStore` (a partition owner's fenced
   batches) and :class:`JobStore` (the client API's), with their records;
@@ -62,6 +63,7 @@ from schedd.store._types import (
 from schedd.store.abc import KV, Compare, KeyValueView, Op, OpBuilder, TxnRejected, TxnResult
 from schedd.store.etcd import EtcdConfig, EtcdKV, connect_etcd
 from schedd.store.memory import FaultPlan, MemoryKV
+from schedd.store.rocksdb import RocksKV
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -95,6 +97,7 @@ __all__ = [
     "PartitionStore",
     "RekeySummary",
     "RevisionCompacted",
+    "RocksKV",
     "Sealer",
     "StoredJob",
     "TenantStore",

@@ -1,7 +1,8 @@
 """The store contract: a revisioned key-value store with etcd's semantics.
 
-Every backend (:mod:`schedd.store.etcd`, :mod:`schedd.store.memory`) implements :class:`KV`;
-``tests/contract/`` runs one suite against each and is the executable form of these rules.
+Every backend (:mod:`schedd.store.etcd`, :mod:`schedd.store.memory`, :mod:`schedd.store.rocksdb`)
+implements :class:`KV`; ``tests/contract/`` runs one suite against each and is the executable
+form of these rules.
 
 The model, which a caller may rely on:
 

@@ -31,7 +31,15 @@ from sortedcontainers import SortedDict
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
-from schedd.store._memory_ops import MemoryOps, MemoryTxnResult, check_branch, in_range, keys_in
+from schedd.store._tuple_ops import (
+    TupleOps,
+    TupleTxnResult,
+    check_branch,
+    check_leases,
+    in_range,
+    keys_in,
+    plan,
+)
 from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
 from schedd.store.abc import KV, Compare, Op
 
@@ -78,7 +86,7 @@ class MemoryKV:
         faults: the fault plan; None (the default) injects nothing.
     """
 
-    ops = MemoryOps()
+    ops = TupleOps()
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
@@ -200,16 +208,16 @@ class MemoryKV:
         failure: Sequence[Op] = (),
         *,
         timeout_s: float | None = None,
-    ) -> MemoryTxnResult:
+    ) -> TupleTxnResult:
         await self._enter_write("txn")
         check_branch(success)
         check_branch(failure)
-        ok, steps = self._plan(compares, success, failure)
-        self._check_leases(steps)
+        ok, steps = plan(compares, success, failure, self._holds)
+        check_leases(steps, self._leases)
         writer = _Writer(self, self._revision + 1)
         responses = self._run(steps, writer)
         writer.commit()
-        result = MemoryTxnResult(ok, self._revision, responses)
+        result = TupleTxnResult(ok, self._revision, responses)
         self._leave_write("txn")
         return result
 
@@ -228,23 +236,6 @@ class MemoryKV:
             return bool(expected == 0)
         actual = kv.create_revision if target == "create" else kv.mod_revision
         return bool(actual == expected)
-
-    def _plan(
-        self, compares: Sequence[Any], success: Sequence[Any], failure: Sequence[Any]
-    ) -> tuple[bool, list[Any]]:
-        """Chooses every branch of the tree against the state before any op runs."""
-        ok = all(self._holds(c) for c in compares)
-        steps: list[Any] = []
-        for op in success if ok else failure:
-            steps.append(("txn", *self._plan(op[1], op[2], op[3])) if op[0] == "txn" else op)
-        return ok, steps
-
-    def _check_leases(self, steps: Sequence[Any]) -> None:
-        for step in steps:
-            if step[0] == "txn":
-                self._check_leases(step[2])
-            elif step[0] == "put" and step[3] and step[3] not in self._leases:
-                raise Unavailable(f"etcdserver: requested lease not found ({step[3]:x})")
 
     def _run(self, steps: Sequence[Any], writer: _Writer) -> list[Any]:
         out: list[Any] = []

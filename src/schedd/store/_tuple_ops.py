@@ -1,12 +1,17 @@
-"""The memory backend's ops, txn results and range rules (see :mod:`schedd.store.memory`)."""
+"""Ops, txn results and range rules of the in-process backends (memory and rocksdb).
+
+Both evaluate transactions in Python, so they share one op format (small tuples), one result
+type and etcd's duplicate-key rule (:func:`check_branch`); only etcd has its own (wire bytes).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 from sortedcontainers import SortedDict
 
+from schedd._errors import Unavailable
 from schedd.store._types import KeyValue
 from schedd.store.abc import Compare, KeyValueView, Op, TxnRejected
 
@@ -14,8 +19,8 @@ from schedd.store.abc import Compare, KeyValueView, Op, TxnRejected
 TO_END = b"\x00"
 
 
-class MemoryOps:
-    """The memory backend's :class:`~schedd.store.abc.OpBuilder`: small tuples."""
+class TupleOps:
+    """The in-process backends' :class:`~schedd.store.abc.OpBuilder`: small tuples."""
 
     @staticmethod
     def cmp_create(key: bytes, create_revision: int) -> Compare:
@@ -42,8 +47,8 @@ class MemoryOps:
         return ("txn", tuple(compares), tuple(success), tuple(failure))
 
 
-class MemoryTxnResult:
-    """The memory backend's :class:`~schedd.store.abc.TxnResult`."""
+class TupleTxnResult:
+    """The in-process backends' :class:`~schedd.store.abc.TxnResult`."""
 
     __slots__ = ("_responses", "revision", "succeeded")
 
@@ -65,9 +70,9 @@ class MemoryTxnResult:
     def nested_outcomes(self) -> list[bool]:
         return [bool(r[0]) if isinstance(r, tuple) else False for r in self._responses]
 
-    def nested(self, index: int) -> MemoryTxnResult:
+    def nested(self, index: int) -> TupleTxnResult:
         ok, responses = self._responses[index]
-        return MemoryTxnResult(ok, self.revision, responses)
+        return TupleTxnResult(ok, self.revision, responses)
 
 
 def in_range(key: bytes, start: bytes, end: bytes) -> bool:
@@ -117,3 +122,34 @@ def check_branch(ops: Sequence[Any]) -> tuple[set[bytes], list[tuple[bytes, byte
         if op[0] == "put":
             add(op[1])
     return puts, dels
+
+
+def plan(
+    compares: Sequence[Any],
+    success: Sequence[Any],
+    failure: Sequence[Any],
+    holds: Callable[[Any], bool],
+) -> tuple[bool, list[Any]]:
+    """Chooses every branch of the tree against the state before any op runs.
+
+    Returns whether the outer compares held and the chosen ops, each nested txn replaced by
+    ``("txn", its outcome, its chosen steps)``. ``holds`` evaluates one compare.
+    """
+    ok = all(holds(c) for c in compares)
+    steps: list[Any] = []
+    for op in success if ok else failure:
+        steps.append(("txn", *plan(op[1], op[2], op[3], holds)) if op[0] == "txn" else op)
+    return ok, steps
+
+
+def check_leases(steps: Sequence[Any], known: Container[int]) -> None:
+    """Refuses a plan that puts with a lease not in ``known`` (etcd's "lease not found").
+
+    Raises:
+        Unavailable: a put names an unknown lease; nothing may be applied.
+    """
+    for step in steps:
+        if step[0] == "txn":
+            check_leases(step[2], known)
+        elif step[0] == "put" and step[3] and step[3] not in known:
+            raise Unavailable(f"etcdserver: requested lease not found ({step[3]:x})")

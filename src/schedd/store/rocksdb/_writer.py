@@ -1,0 +1,124 @@
+"""One revision of the rocksdb backend, built in memory and written as one WriteBatch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rocksdict import Rdict, WriteBatch
+
+from schedd.store._tuple_ops import in_range
+from schedd.store._types import KeyValue
+from schedd.store.rocksdb._layout import (
+    REVISION_KEY,
+    Change,
+    encode_changes,
+    encode_record,
+    lease_key,
+    live_key,
+    log_key,
+    u64,
+)
+from schedd.store.rocksdb._reads import get_kv, scan
+
+
+class RevisionWriter:
+    """The writes of one transaction (or one lease's end) at ``revision``.
+
+    Reads through it see the state before it (``db``: the applied state) with its own
+    writes on top, so ops run in order, each seeing those before it. Nothing reaches the
+    database until :meth:`fill` puts everything, the log entry and the new revision into
+    one batch.
+    """
+
+    def __init__(self, db: Rdict, revision: int) -> None:
+        self.revision = revision
+        self._db = db
+        self._before: dict[bytes, KeyValue | None] = {}  # per key written: before the txn
+        self._after: dict[bytes, KeyValue | None] = {}  # per key written: after it
+        # Every change in op order. A key is written once per txn, except where etcd's
+        # duplicate check lets it through (a put in one nested txn, a delete range of a
+        # later sibling): then the watch sees both, as on etcd.
+        self._changes: list[Change] = []
+
+    @property
+    def changed(self) -> bool:
+        return bool(self._changes)
+
+    def current(self, key: bytes) -> KeyValue | None:
+        if key in self._after:
+            return self._after[key]
+        return get_kv(self._db, key)
+
+    def put(self, key: bytes, value: bytes, lease: int) -> None:
+        prev, rev = self.current(key), self.revision
+        if prev is None:
+            self._record(key, KeyValue(key, value, rev, rev, 1, lease))
+        else:
+            self._record(
+                key, KeyValue(key, value, prev.create_revision, rev, prev.version + 1, lease)
+            )
+
+    def delete(self, start: bytes, end: bytes) -> int:
+        """Deletes ``start`` (``end == b""``) or ``[start, end)``; returns how many keys."""
+        doomed = [kv.key for kv in self.range(start, end)]
+        for key in doomed:
+            self._record(key, None)
+        return len(doomed)
+
+    def range(self, start: bytes, end: bytes) -> list[KeyValue]:
+        if not end:
+            kv = self.current(start)
+            return [] if kv is None else [kv]
+        found: dict[bytes, KeyValue | None] = {kv.key: kv for kv in scan(self._db, start, end)}
+        for key, after in self._after.items():
+            if in_range(key, start, end):
+                found[key] = after
+        return [kv for _, kv in sorted(found.items()) if kv is not None]
+
+    def _record(self, key: bytes, after: KeyValue | None) -> None:
+        before = self.current(key)
+        if key not in self._after:
+            self._before[key] = before
+        self._after[key] = after
+        self._changes.append((key, before, after))
+
+    def fill(self, batch: WriteBatch) -> list[Change]:
+        """Adds this revision to ``batch``: keys, lease index, log entry, revision.
+
+        Returns the revision's changes in op order (what its log entry holds).
+        """
+        for key, after in self._after.items():
+            before = self._before[key]
+            if after is None:
+                batch.delete(live_key(key))
+            else:
+                batch.put(live_key(key), encode_record(after))
+            if (
+                before is not None
+                and before.lease
+                and (after is None or after.lease != before.lease)
+            ):
+                batch.delete(lease_key(before.lease, key))
+            if after is not None and after.lease:
+                batch.put(lease_key(after.lease, key), b"")
+        batch.put(log_key(self.revision), encode_changes(self._changes))
+        batch.put(REVISION_KEY, u64(self.revision))
+        return self._changes
+
+
+def run_steps(steps: Sequence[Any], writer: RevisionWriter) -> list[Any]:
+    """Runs a planned branch (see :func:`schedd.store._tuple_ops.plan`); its responses."""
+    out: list[Any] = []
+    for step in steps:
+        kind = step[0]
+        if kind == "put":
+            writer.put(step[1], step[2], step[3])
+            out.append(None)
+        elif kind == "delete":
+            out.append(writer.delete(step[1], step[2]))
+        elif kind == "get":
+            out.append(writer.range(step[1], step[2]))
+        else:
+            out.append((step[1], run_steps(step[2], writer)))
+    return out
