@@ -278,3 +278,47 @@ async def test_a_refused_result_leaves_the_rest_and_is_retried_with_backoff(
     assert doubts.ripen(node.clock.now_ms())
     assert doubts.take() == ({"j1"}, {runs[1].id})
     assert partition.refusals.record(runs[1].id, node.clock.now_ms()) == (2, NOW + 1000 + 2000)
+
+
+async def test_a_retry_whose_timer_was_lost_is_adopted(setup: tuple[Node, JobStore]) -> None:
+    """A node of key format 1 misreads a named RUN key (its job id would end in ``/{sched}``)
+    and may drop it: the execution waits RETRY_WAIT with no timer. Reconciling the job finds
+    it and adopts it, rather than leaving it to wait forever."""
+    node, jobs = setup
+    partition = await node.own()
+    [ex] = await _running(partition, jobs, "j1", [NOW - 1000])
+    await node.settler.on_results("w", [_failed(ex, 5000)])
+    assert ex.id not in partition.live
+    due_at = NOW + 5000
+    assert await node.kv.delete(KEYS.run_due_key(0, due_at, "j1", ex.scheduled_ms)) == 1
+    partition.window.drop_jobs({"j1"})
+    await partition.reconcile(["j1"])
+    adopted = partition.live[ex.id].ex
+    assert adopted.state == execution_pb2.EXECUTION_PENDING and adopted.attempt == 2
+    kv = await node.kv.get(KEYS.run_key(0, "j1", ex.scheduled_ms))
+    assert kv is not None and kv.mod_revision == adopted.fencing_token > ex.fencing_token
+
+
+async def test_a_retry_timer_of_key_format_1_is_claimed_at_its_key(
+    setup: tuple[Node, JobStore],
+) -> None:
+    """RUN keys written before they named their execution (``due/{p}/{ms}/{job}``) are read,
+    claimed and consumed at the key they were read from."""
+    node, jobs = setup
+    partition = await node.own()
+    [ex] = await _running(partition, jobs, "j1", [NOW - 1000])
+    await node.settler.on_results("w", [_failed(ex, 5000)])
+    due_at = NOW + 5000
+    named = KEYS.run_due_key(0, due_at, "j1", ex.scheduled_ms)
+    legacy = KEYS.due_key(0, due_at, "j1")
+    value = (await node.kv.get(named)).value  # type: ignore[union-attr]
+    await node.kv.delete(named)
+    await node.kv.put(legacy, value)
+    partition.window.drop_jobs({"j1"})
+    [entry] = [e for e in (await partition.store.load_due(due_at))[0] if e.kind == RUN]
+    assert entry.legacy_key and entry.scheduled_ms == ex.scheduled_ms
+    assert partition.store.entry_key(entry) == legacy
+    node.clock.advance(5)
+    assert await partition._claim([entry]) == []
+    assert await node.kv.get(legacy) is None
+    assert partition.live[ex.id].ex.attempt == 2

@@ -96,16 +96,8 @@ class Partition:
         self.window.extend(entries, self.window.end)
         waiting = {(e.job_id, e.scheduled_ms) for e in entries if e.kind != FIRE}
         runs = await self.store.load_runs()
-        cancelled = execution_pb2.EXECUTION_CANCELLED
-        inherited = [
-            r
-            for r in runs
-            if r.state == cancelled
-            or (
-                (r.job_id, r.scheduled_ms) not in waiting
-                and r.state != execution_pb2.EXECUTION_RETRY_WAIT
-            )
-        ]
+        end = self.window.end
+        inherited = [r for r in runs if _to_adopt(r, (r.job_id, r.scheduled_ms) in waiting, end)]
         await self._adopt(inherited)
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name=f"claim-{self.partition}"),
@@ -588,16 +580,13 @@ class Partition:
                 self.firing.cancel(self, self.live.pop(eid), why)
             elif eid in orphans:  # unchanged in etcd, but nothing has it in flight
                 self.firing.cancel(self, self.live.pop(eid), "handed out again")
-        # A RETRY_WAIT run, or one a RUN entry points at, is claimed through its due entry.
+        # The view holds every due entry of its runs: any RETRY_WAIT run without one is an
+        # orphan, whatever its due time.
         waiting = {e.scheduled_ms for e in view.due if e.kind != FIRE}
         return [
             r
             for r in view.runs
-            if r.id not in self.live
-            and (
-                r.state == execution_pb2.EXECUTION_CANCELLED  # to end, wherever it waited
-                or (r.scheduled_ms not in waiting and r.state != execution_pb2.EXECUTION_RETRY_WAIT)
-            )
+            if r.id not in self.live and _to_adopt(r, r.scheduled_ms in waiting, r.due_ms)
         ]
 
     def request_reload(self) -> None:
@@ -623,3 +612,17 @@ class Partition:
         lives = [self.live[e] for e in execution_ids if e in self.live]
         if lives:
             await self.firing.fire(self, lives)
+
+
+def _to_adopt(run: execution_pb2.Execution, has_entry: bool, known_until_ms: int) -> bool:
+    """Whether a run etcd holds is adopted (re-tokened and armed) rather than left to its due
+    entry: a cancelled one (to end it, wherever it waited), and one that no RUN entry will
+    claim. A run with a RUN entry (a retry, trigger or redrive) is claimed through it; a
+    RETRY_WAIT run due by ``known_until_ms`` (every due entry up to then was read) without
+    one lost its timer (a node of key format 1 dropped it, misreading its key) and is
+    adopted, so it cannot wait forever."""
+    if run.state == execution_pb2.EXECUTION_CANCELLED:
+        return True
+    if has_entry:
+        return False
+    return run.state != execution_pb2.EXECUTION_RETRY_WAIT or run.due_ms <= known_until_ms
