@@ -27,6 +27,7 @@ ALERTS = {
     "SchedLatenessHigh",
     "SchedFireDelayHigh",
     "SchedDeadLettersGrowing",
+    "SchedStoreRejectedWrites",
     "SchedEtcdErrors",
     "SchedLeaseKeepaliveFailing",
     "SchedPartitionsUnowned",
