@@ -34,7 +34,8 @@ SHUTDOWN_REASON = "worker shutting down"
 _FREEZE_AFTER = 256
 
 
-#: Executions whose refused result was logged at warning level, remembered at most.
+#: Executions whose refused result is not worth a warning (said once already, or cancelled
+#: by the node), remembered at most.
 _REFUSALS_REMEMBERED = 10_000
 
 #: Why a held execution was given back unstarted (see ``Attempts._unvouched``).
@@ -89,7 +90,7 @@ class Attempts:
         loop = runtime.loop
         #: Attempts started (or waiting for an older attempt) and not reported, by id.
         self.running: dict[str, Execution] = {}
-        self._refusals_logged: OrderedDict[str, None] = OrderedDict()
+        self._quiet_refusals: OrderedDict[str, None] = OrderedDict()
         #: Executions started and not yet reported (held ones start only while < capacity).
         self._active = 0
         self._deadlines = DeadlineQueue(loop)
@@ -106,6 +107,8 @@ class Attempts:
         """Apply a NodeBatch: cancels, then acks, then dispatches, then the cancels that
         matched nothing before (a batch may carry a dispatch and its cancel together)."""
         unmatched = [c for c in batch.cancels if not self._cancel(c)]
+        for c in batch.cancels:  # their CANCELLED results may come back refused: expected
+            self._quiet(c.execution_id)
         for ack in batch.acks:
             if not ack.accepted:
                 self._refused(ack)
@@ -135,13 +138,12 @@ class Attempts:
     def _refused(self, ack: worker_pb2.ResultAck) -> None:
         """A node refused a result: the worker does not send it again (the ledger keeps it;
         the node hands the execution out again if it still should run, and the ledger
-        answers). Said once per execution at warning level, later refusals at debug level:
-        an execution refused again and again must not flood the log."""
-        first = ack.execution_id not in self._refusals_logged
-        if first:
-            self._refusals_logged[ack.execution_id] = None
-            if len(self._refusals_logged) > _REFUSALS_REMEMBERED:
-                self._refusals_logged.popitem(last=False)
+        answers). Said once per execution at warning level, later refusals at debug level (an
+        execution refused again and again must not flood the log), and only at debug level
+        for an execution the node cancelled (a pause or update removed it: its CANCELLED
+        result is refused as stale, as expected)."""
+        first = ack.execution_id not in self._quiet_refusals
+        self._quiet(ack.execution_id)
         log.log(
             logging.WARNING if first else logging.DEBUG,
             "node refused result of %s (token %d, code %d): %s; not sending it again%s",
@@ -152,6 +154,15 @@ class Attempts:
             "; further refusals of it are logged at debug level" if first else "",
             extra={"execution": ack.execution_id, "token": ack.fencing_token},
         )
+
+    def _quiet(self, execution_id: str) -> None:
+        """A refusal of this execution's result is said at debug level from now on (one was
+        said already, or the node itself cancelled it)."""
+        quiet = self._quiet_refusals
+        if execution_id not in quiet:
+            quiet[execution_id] = None
+            if len(quiet) > _REFUSALS_REMEMBERED:
+                quiet.popitem(last=False)
 
     def _cancel(self, c: worker_pb2.Cancel) -> bool:
         """Cancel what runs or is held under ``c``'s token; False if nothing matched."""
