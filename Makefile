@@ -64,7 +64,9 @@ test: $(STAMP) etcd lint typecheck pytest
 test-soak: $(STAMP) etcd
 	SCHEDD_SOAK=$${SCHEDD_SOAK:-600} $(PY) -m pytest -p no:cacheprovider -s tests/cluster/test_cluster_chain.py -k soak
 
-dev: $(STAMP) etcd
+# The embedded store: no etcd, no root. DEV_ARGS="--store etcd" runs it on a local etcd
+# (then `make etcd` first, which installs etcd-server).
+dev: $(STAMP)
 	$(VENV)/bin/schedd dev $(DEV_ARGS)
 
 # The local production-shaped cluster: 3 etcd members, 3 nodes, 2 workers on loopback, in the

@@ -44,7 +44,7 @@ def node_config(endpoint: str, prefix: bytes, data_dir: Path, **overrides: Any) 
     cfg = NodeConfig(
         node_id="n1",
         listen="127.0.0.1:0",
-        etcd=EtcdConfig(endpoints=(endpoint,)),
+        store=EtcdConfig(endpoints=(endpoint,)),
         prefix=prefix,
         partitions=4,
         data_dir=data_dir,

@@ -1,4 +1,5 @@
-"""`schedd dev` (what `make dev` runs): starts, tells what to type, runs a job, stops cleanly."""
+"""`schedd dev` (what `make dev` runs): starts, tells what to type, runs a job, stops cleanly;
+on the embedded store by default, and on a local etcd with ``--store etcd``."""
 
 from __future__ import annotations
 
@@ -30,10 +31,15 @@ def _ctl(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["rocksdb", "etcd"])
+def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path, store: str) -> None:
+    """On the embedded store (the default: no etcd) and on an etcd process it starts."""
     listen = f"127.0.0.1:{free_port()}"
+    argv = [str(BIN / "schedd"), "dev", "--data-dir", str(tmp_path / "dev"), "--listen", listen]
+    if store != "rocksdb":
+        argv += ["--store", store]
     proc = subprocess.Popen(
-        [str(BIN / "schedd"), "dev", "--data-dir", str(tmp_path / "dev"), "--listen", listen],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -49,6 +55,9 @@ def test_dev_cluster_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
             if "schedctl job create" in line:
                 break
         assert any("schedd dev is running" in ln for ln in lines), lines
+        where = next(ln for ln in lines if ln.strip().startswith("store"))
+        assert where.split()[1].startswith("rocksdb:" if store == "rocksdb" else "etcd://"), where
+        assert (tmp_path / "dev" / "etcd").exists() == (store == "etcd")
         created = _ctl(
             listen,
             "job",

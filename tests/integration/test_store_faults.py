@@ -122,7 +122,7 @@ async def test_losing_the_etcd_leader_loses_and_doubles_no_fire(tmp_path: Path) 
     h = Harness(",".join(cluster.endpoints), b"/schedd-leader-kill/", tmp_path)
     try:
         node = await h.start_node(
-            etcd=EtcdConfig(endpoints=cluster.endpoints, timeout_s=2.0), session_ttl_s=5
+            store=EtcdConfig(endpoints=cluster.endpoints, timeout_s=2.0), session_ttl_s=5
         )
         await h.wait_all_owned(node)
         effects, jobs = await _record_every_second(h, 16)

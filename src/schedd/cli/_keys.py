@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from schedd._errors import SchedError
-from schedd.cli._etcd_flags import etcd_config, etcd_options, key_prefix
+from schedd.cli._store_flags import store_options
 
 if TYPE_CHECKING:
-    from schedd.store import EtcdConfig, Keyring, RekeySummary
+    from schedd.store import Keyring, RekeySummary, StoreConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,7 +99,7 @@ def generate(key_id: str | None, append_to: str | None) -> None:
 
 
 @keys.command()
-@etcd_options
+@store_options
 @click.option(
     "--encryption-keys",
     envvar="SCHEDD_ENCRYPTION_KEYS",
@@ -108,13 +108,9 @@ def generate(key_id: str | None, append_to: str | None) -> None:
     help="keyring file: every key in use, the newest last (it encrypts)",
 )
 def rekey(
-    etcd_endpoints: str,
-    prefix: str,
+    store: StoreConfig,
+    prefix: bytes,
     encryption_keys: str,
-    etcd_ca: str | None,
-    etcd_cert: str | None,
-    etcd_key: str | None,
-    etcd_server_name: str | None,
 ) -> None:
     """Re-encrypt every record with the newest key of the keyring (and encrypt those written
     in plaintext), then forget the keys no record uses. Safe while nodes run: each record is
@@ -123,9 +119,8 @@ def rekey(
     executions; run it again once they finish)."""
     keyring = load_keyring(encryption_keys)
     assert keyring is not None
-    etcd = etcd_config(etcd_endpoints, etcd_ca, etcd_cert, etcd_key, etcd_server_name)
     try:
-        summary = asyncio.run(_rekey(etcd, key_prefix(prefix), keyring))
+        summary = asyncio.run(_rekey(store, prefix, keyring))
     except SchedError as exc:
         click.echo(f"schedd keys rekey: {exc}", err=True)
         sys.exit(5)
@@ -133,12 +128,12 @@ def rekey(
     sys.exit(EXIT_LEFT if summary.in_use or summary.failed else 0)
 
 
-async def _rekey(etcd: EtcdConfig, prefix: bytes, keyring: Keyring) -> RekeySummary:
+async def _rekey(store: StoreConfig, prefix: bytes, keyring: Keyring) -> RekeySummary:
     from schedd._errors import FailedPrecondition
     from schedd.coord import read_cluster
-    from schedd.store import Keys, connect_etcd, rekey
+    from schedd.store import Keys, open_store, rekey
 
-    kv = await connect_etcd(etcd)
+    kv = await open_store(store)
     try:
         keys = Keys(prefix)
         meta = await read_cluster(kv, keys)

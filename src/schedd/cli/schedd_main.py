@@ -10,7 +10,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,9 +20,12 @@ from schedd._limits import GRPC_MAX_MESSAGE_BYTES, GRPC_MIN_MESSAGE_BYTES
 from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
 from schedd._tls import TlsConfigError, TlsFiles
 from schedd.cli._bootstrap import token_group
-from schedd.cli._etcd_flags import etcd_config, key_prefix
 from schedd.cli._keys import encryption_keys_option, keys, load_keyring
 from schedd.cli._kinds import job_kind_configs, job_kind_options
+from schedd.cli._store_flags import store_options
+
+if TYPE_CHECKING:
+    from schedd.store import StoreConfig
 
 #: TlsFiles' settings as the flags of ``schedd node`` and ``schedd worker`` name them.
 TLS_FLAGS = {
@@ -193,14 +196,7 @@ def tls_files(
 
 
 @main.command()
-@click.option(
-    "--etcd",
-    "etcd_endpoints",
-    envvar="SCHEDD_ETCD",
-    default="127.0.0.1:2379",
-    show_default=True,
-    help="etcd endpoints, HOST:PORT[,...]",
-)
+@store_options
 @click.option("--listen", envvar="SCHEDD_LISTEN", default="127.0.0.1:7070", show_default=True)
 @click.option(
     "--advertise", envvar="SCHEDD_ADVERTISE", default="", help="address peers and workers use"
@@ -216,7 +212,6 @@ def tls_files(
     show_default=True,
     type=click.IntRange(1, 4096),
 )
-@click.option("--prefix", envvar="SCHEDD_ETCD_PREFIX", default="/schedd/v1/", show_default=True)
 @click.option(
     "--session-ttl",
     envvar="SCHEDD_SESSION_TTL_S",
@@ -289,28 +284,6 @@ def tls_files(
     help="how long cluster-wide views (run list/get, cluster status) wait for each peer",
 )
 @click.option(
-    "--etcd-ca", envvar="SCHEDD_ETCD_CA", default=None, type=click.Path(dir_okay=False, exists=True)
-)
-@click.option(
-    "--etcd-cert",
-    envvar="SCHEDD_ETCD_CERT",
-    default=None,
-    type=click.Path(dir_okay=False, exists=True),
-)
-@click.option(
-    "--etcd-key",
-    envvar="SCHEDD_ETCD_KEY",
-    default=None,
-    type=click.Path(dir_okay=False, exists=True),
-)
-@click.option(
-    "--etcd-server-name",
-    envvar="SCHEDD_ETCD_SERVER_NAME",
-    default=None,
-    help="name the etcd members' certificates are verified against (TLS with several"
-    " --etcd endpoints; default: the endpoints' host name when they share one)",
-)
-@click.option(
     "--auth/--no-auth",
     envvar="SCHEDD_AUTH",
     default=False,
@@ -331,7 +304,7 @@ def tls_files(
 @encryption_keys_option
 def node(
     auth: bool,
-    etcd_endpoints: str,
+    store: StoreConfig,
     listen: str,
     advertise: str,
     metrics_listen: str,
@@ -340,7 +313,7 @@ def node(
     node_id: str | None,
     data_dir: str | None,
     partitions: int,
-    prefix: str,
+    prefix: bytes,
     session_ttl: int,
     max_clock_skew_ms: int,
     lease_timeout_ms: int,
@@ -350,10 +323,6 @@ def node(
     history_ttl_s: int,
     history_prune_interval_s: float,
     peer_timeout_ms: int,
-    etcd_ca: str | None,
-    etcd_cert: str | None,
-    etcd_key: str | None,
-    etcd_server_name: str | None,
     encryption_keys: str | None,
     tls_cert_file: str | None,
     tls_key_file: str | None,
@@ -365,7 +334,6 @@ def node(
     mutual TLS with --tls-ca-file)."""
     from schedd.node import Node, NodeConfig
 
-    etcd = etcd_config(etcd_endpoints, etcd_ca, etcd_cert, etcd_key, etcd_server_name)
     if heartbeat_interval_ms >= lease_timeout_ms:
         raise click.BadParameter(
             f"{heartbeat_interval_ms} ms must be below --lease-timeout-ms ({lease_timeout_ms} ms)",
@@ -384,8 +352,8 @@ def node(
         auth=auth,
         tls=tls,
         max_message_bytes=max_message_bytes,
-        etcd=etcd,
-        prefix=key_prefix(prefix),
+        store=store,
+        prefix=prefix,
         partitions=partitions,
         data_dir=Path(data_dir or f".schedd-node-{nid}"),
         session_ttl_s=session_ttl,
@@ -505,19 +473,29 @@ def worker(
     "--data-dir", default=".schedd-dev", show_default=True, type=click.Path(file_okay=False)
 )
 @click.option("--listen", default="127.0.0.1:7070", show_default=True)
+@click.option(
+    "--store",
+    envvar="SCHEDD_STORE",
+    default="rocksdb",
+    show_default=True,
+    help="rocksdb (embedded, in the data dir), etcd (a local etcd process, started here), or"
+    " a store address: rocksdb:PATH, etcd://HOST:PORT[,...]",
+)
 @job_kind_options
 @metrics_option(default="127.0.0.1:9464", https=False)  # type: ignore[untyped-decorator]
 @http_options(default="127.0.0.1:8080", https=False)  # type: ignore[untyped-decorator]
 def dev(
     data_dir: str,
     listen: str,
+    store: str,
     metrics_listen: str,
     http_listen: str,
     http_actions: bool,
     **kinds: Any,
 ) -> None:
-    """Start etcd, a node and a worker with demo handlers (echo, sleep, fail, flaky) that runs
-    HTTP jobs too (shell jobs with --allow-shell)."""
+    """Start a node with its store (embedded by default: no etcd) and a worker with demo
+    handlers (echo, sleep, fail, flaky) that runs HTTP jobs too (shell jobs with
+    --allow-shell)."""
     from schedd.dev._cluster import run_dev
 
     http, shell = job_kind_configs(kinds)
@@ -526,6 +504,7 @@ def dev(
             run_dev(
                 Path(data_dir),
                 listen,
+                store=store,
                 http=http,
                 shell=shell,
                 metrics_listen=metrics_listen,
@@ -533,7 +512,7 @@ def dev(
                 http_actions=http_actions,
             )
         )
-    except (SchedError, RuntimeError) as exc:
+    except (SchedError, RuntimeError, ValueError) as exc:
         _say("schedd dev: %s", exc, error=True)
         sys.exit(1)
 

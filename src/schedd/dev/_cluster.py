@@ -1,4 +1,9 @@
-"""`schedd dev`: etcd, one node and one worker with the demo handlers, in one command."""
+"""`schedd dev`: a store, one node and one worker with the demo handlers, in one command.
+
+The store is the embedded one by default (``rocksdb`` in the data dir: no etcd, no root);
+``--store etcd`` starts a local etcd process as the store, and a store address
+(``rocksdb:PATH``, ``etcd://HOST:PORT``) uses that store as it is.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from schedd._logfmt import bind_process, json_logs
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
 from schedd.obs._prometheus import PrometheusRecorder
-from schedd.store import EtcdConfig
+from schedd.store import EtcdConfig, RocksConfig, StoreConfig, parse_store, store_address
 
 if TYPE_CHECKING:
     from schedd.worker._http import HttpConfig
@@ -26,7 +31,7 @@ NODE_ID = "dev-node"
 
 NEXT_STEPS = """
 schedd dev is running:
-  etcd    {etcd}   (data in {data})
+  store   {store}   (data in {data})
   node    {node}   (gRPC: client API and worker streams)
   worker  {worker} (handlers: echo, sleep, fail, flaky; {kinds})
   metrics {metrics}
@@ -56,9 +61,24 @@ def _etcd_ports() -> tuple[int | None, int | None]:
     return None, None
 
 
+def _store(data_dir: Path, store: str) -> tuple[StoreConfig | None, EtcdProcess | None]:
+    """The dev store: (its config, or None until the etcd process started; that process).
+
+    Raises:
+        ValueError: ``store`` is not ``rocksdb``, ``etcd`` or a store address.
+    """
+    if store in ("", "rocksdb"):
+        return RocksConfig(data_dir / "store"), None
+    if store == "etcd":
+        client_port, peer_port = _etcd_ports()
+        return None, EtcdProcess(data_dir / "etcd", client_port=client_port, peer_port=peer_port)
+    return parse_store(store), None
+
+
 async def _run(
     data_dir: Path,
     listen: str,
+    store: str,
     http: HttpConfig | None,
     shell: ShellConfig | None,
     metrics_listen: str,
@@ -70,19 +90,21 @@ async def _run(
     from schedd.worker._http import HttpExecutor
 
     bind_process(node=NODE_ID)  # the one node: its id on every line (JSON logs)
-    client_port, peer_port = _etcd_ports()
-    etcd = EtcdProcess(data_dir / "etcd", client_port=client_port, peer_port=peer_port)
+    config, etcd = _store(data_dir, store)
     # One registry for the node and the worker of this process, served by the node; on
     # another port when the default one is taken (a second dev cluster, a local exporter).
     recorder = PrometheusRecorder(("node", "worker")) if metrics_listen else None
     metrics_listen = _or_any_port(metrics_listen, "metrics")
     http_listen = _or_any_port(http_listen, "the dashboard")
-    await asyncio.to_thread(etcd.start)
+    if etcd is not None:
+        await asyncio.to_thread(etcd.start)
+        config = EtcdConfig(endpoints=(etcd.endpoint,))
+    assert config is not None
     node = Node(
         NodeConfig(
             node_id=NODE_ID,
             listen=listen,
-            etcd=EtcdConfig(endpoints=(etcd.endpoint,)),
+            store=config,
             data_dir=data_dir / "node",
             partitions=8,
             metrics_listen=metrics_listen,
@@ -114,7 +136,7 @@ async def _run(
         await worker.start()
         print(
             NEXT_STEPS.format(
-                etcd=etcd.endpoint,
+                store=store_address(config),
                 data=data_dir,
                 node=node.address,
                 worker="dev-worker",
@@ -137,7 +159,8 @@ async def _run(
                 await worker.stop(graceful=False)
         with contextlib.suppress(Exception):
             await node.stop()
-        await asyncio.to_thread(etcd.stop)
+        if etcd is not None:
+            await asyncio.to_thread(etcd.stop)
 
 
 def _or_any_port(listen: str, what: str) -> str:
@@ -171,6 +194,7 @@ def run_dev(
     data_dir: Path,
     listen: str,
     *,
+    store: str = "rocksdb",
     http: HttpConfig | None = None,
     shell: ShellConfig | None = None,
     metrics_listen: str = "",
@@ -179,8 +203,11 @@ def run_dev(
 ) -> int:
     """Runs the dev cluster until Ctrl-C or SIGTERM; returns the exit code.
 
-    The worker runs the demo handlers, HTTP jobs with ``http`` and shell jobs with ``shell``.
+    The worker runs the demo handlers, HTTP jobs with ``http`` and shell jobs with ``shell``;
+    ``store`` is ``rocksdb`` (embedded, in the data dir), ``etcd`` (a local etcd process
+    started here) or a store address.
     """
+    data_dir = data_dir.resolve()
     return asyncio.run(
-        _run(data_dir.resolve(), listen, http, shell, metrics_listen, http_listen, http_actions)
+        _run(data_dir, listen, store, http, shell, metrics_listen, http_listen, http_actions)
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from schedd._limits import GRPC_MAX_MESSAGE_BYTES
 from schedd._tls import TlsFiles
-from schedd.store import DEFAULT_PREFIX, EtcdConfig, Keyring
+from schedd.store import DEFAULT_PREFIX, EtcdConfig, Keyring, StoreConfig
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class NodeConfig:
             read-only, every POST answers 403).
         auth: whether API calls, worker streams, peer calls and the dashboard need a token
             (:mod:`schedd.auth`); every node of a cluster must agree.
-        etcd: how to reach etcd.
-        prefix: etcd key prefix of this cluster.
+        store: the store (:func:`schedd.store.parse_store`): an etcd cluster, or an embedded
+            RocksDB directory (one machine: this node owns every partition).
+        prefix: key prefix of this cluster in the store.
         partitions: P, fixed at cluster init (later nodes use the stored value).
         data_dir: local state (run history).
         window_ms: W, how far ahead the due index is loaded into the wheel.
@@ -98,7 +99,7 @@ class NodeConfig:
     auth: bool = False
     tls: TlsFiles | None = None
     max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES
-    etcd: EtcdConfig = field(default_factory=EtcdConfig)
+    store: StoreConfig = field(default_factory=EtcdConfig)
     prefix: bytes = DEFAULT_PREFIX
     partitions: int = 64
     data_dir: Path = Path(".schedd-node")

@@ -1,6 +1,6 @@
 """A scheduler node: the lifecycle that wires coordination, partitions, dispatch and the API.
 
-node = Node(NodeConfig(node_id="n1", etcd=EtcdConfig(("127.0.0.1:2379",))))
+node = Node(NodeConfig(node_id="n1", store=parse_store("etcd://127.0.0.1:2379")))
 await node.start()      # serving; partitions are claimed in the background
 ...
 await node.stop()       # releases partitions first, so a peer takes over at once
@@ -73,8 +73,8 @@ from schedd.store import (
     MeteredKV,
     PartitionStore,
     Sealer,
-    connect_etcd,
     limits_by_tenant,
+    open_store,
     parse_execution_id,
     partition_of,
     prepare_keyring,
@@ -130,7 +130,7 @@ class Node:
         self.metrics_server: MetricsServer | None = None
         #: The web dashboard, when ``http_listen`` is set (started last, stopped first).
         self.dashboard: DashboardServer | None = None
-        # The store; None: connect to etcd (config.etcd) at start, and close it at stop.
+        # The store; None: open config.store at start, and close it at stop.
         self._given_kv = kv
         self.clock: Clock = clock or SystemClock()
         self.keys = Keys(config.prefix)
@@ -167,7 +167,7 @@ class Node:
             decode=self.sealer.read_history,
         )
         self.history.prune(self.clock.now_ms())
-        self.kv: KV = self._given_kv or await connect_etcd(cfg.etcd)
+        self.kv: KV = self._given_kv or await open_store(cfg.store, clock=self.clock)
         if self.metrics is not None:
             self.kv = MeteredKV(self.kv, self._store_request)
         meta = await init_cluster(self.kv, self.keys, cfg.partitions)

@@ -4,9 +4,10 @@ Everything outside this package imports from here, never from its underscore mod
 
 - the contract: :class:`KV` (a revisioned key-value store with etcd's semantics),
   :class:`OpBuilder`, :class:`TxnResult`, :class:`KeyValue`, watch types and errors;
-- the backends: :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``),
-  :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests, and
-  :class:`RocksKV` (``schedd.store.rocksdb``), durable on one machine;
+- the backends, chosen by a store address (:func:`parse_store` gives a :class:`StoreConfig`,
+  :func:`open_store` opens it): :class:`RocksKV` (``schedd.store.rocksdb``, durable on one
+  machine), :func:`connect_etcd` with :class:`EtcdConfig` (``schedd.store.etcd``, a
+  cluster), and :class:`MemoryKV` (``schedd.store.memory``) for simulations and tests;
 - the layout: :class:`Keys` and the execution id helpers;
 - the schedd transactions on top: :class:`PartitionStore` (a partition owner's fenced
   batches) and :class:`JobStore` (the client API's), with their records;
@@ -22,6 +23,7 @@ from schedd.model import (
     new_execution,
     parse_execution_id,
 )
+from schedd.store._address import RocksConfig, StoreConfig, open_store, parse_store, store_address
 from schedd.store._envelope import EncryptionKey, Keyring
 from schedd.store._jobs import JobStore
 from schedd.store._keys import (
@@ -97,8 +99,10 @@ __all__ = [
     "PartitionStore",
     "RekeySummary",
     "RevisionCompacted",
+    "RocksConfig",
     "RocksKV",
     "Sealer",
+    "StoreConfig",
     "StoredJob",
     "TenantStore",
     "TxnRejected",
@@ -116,10 +120,13 @@ __all__ = [
     "execution_template",
     "limits_by_tenant",
     "new_execution",
+    "open_store",
     "parse_execution_id",
+    "parse_store",
     "partition_of",
     "prefix_end",
     "prepare_keyring",
     "read_keys_in_use",
     "rekey",
+    "store_address",
 ]

@@ -27,6 +27,13 @@ WHAT = "schedd store"
 FIRST_REVISION = 1
 FIRST_LEASE = 0x1000
 
+#: An embedded store has one process: its node. What else needs it goes through that node.
+IN_USE = (
+    "an embedded store is held by one process at a time (a node on it is running, or still "
+    "stopping): reach it through that node (schedctl), or stop the node first; a second node "
+    "needs an etcd store (docs/operations.md, one machine to many)"
+)
+
 
 @dataclass(frozen=True)
 class StoredMeta:
@@ -49,7 +56,7 @@ def open_store(path: Path) -> tuple[Rdict, StoredMeta]:
         raise FailedPrecondition(
             f"{path} is not a {WHAT}: it holds other files and no RocksDB; use an empty or new dir"
         )
-    db = open_rocksdb(path, WHAT)
+    db = open_rocksdb(path, WHAT, IN_USE)
     try:
         return db, _read_meta(db, path)
     except BaseException:
