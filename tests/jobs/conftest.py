@@ -1,6 +1,12 @@
 """Fixtures of the job-kind tests: a real ``schedd node`` and ``schedd worker`` process per
-test (the worker's flags chosen by the test) on the session's etcd, and loopback HTTP
-targets served by aiohttp in the test's own event loop."""
+test (the worker's flags chosen by the test), and loopback HTTP targets served by aiohttp in
+the test's own event loop.
+
+The store makes no difference to what these tests check, so ``kinds`` runs the node on the
+embedded store (it starts faster, and proves the job kinds, limits, tokens and checkpoints
+on it); ``kinds_etcd`` runs it on the session's etcd, for the tests that add a second node
+(an embedded store has one).
+"""
 
 from __future__ import annotations
 
@@ -79,11 +85,16 @@ class Target:
 
 
 class KindsCluster:
-    """One node and one worker as real processes; the worker's flags are the test's."""
+    """One node and one worker as real processes; the worker's flags are the test's.
 
-    def __init__(self, root: Path, etcd: str) -> None:
+    ``etcd``: the etcd endpoint the nodes use; "" runs the node on an embedded store (in the
+    test's directory), where no second node can be added.
+    """
+
+    def __init__(self, root: Path, etcd: str = "") -> None:
         self.root = root
         self.etcd = etcd
+        self.store = f"etcd://{etcd}" if etcd else f"rocksdb:{root / 'store'}"
         self.prefix = f"/schedd-kinds/{uuid.uuid4().hex[:10]}/"
         self.port = free_port()
         self.procs: list[Proc] = []
@@ -108,7 +119,7 @@ class KindsCluster:
         node_args: tuple[str, ...] = (),
     ) -> None:
         node = [
-            *SCHEDD, "node", "--etcd", self.etcd, "--listen", self.address,
+            *SCHEDD, "node", "--store", self.store, "--listen", self.address,
             "--node-id", "n0", "--data-dir", str(self.root / "n0"), "--partitions", "4",
             "--prefix", self.prefix, *node_args,
         ]  # fmt: skip
@@ -147,9 +158,10 @@ class KindsCluster:
 
     def add_node(self, name: str) -> tuple[Proc, str]:
         """Another node process on the same etcd prefix; returns it and its address."""
+        assert self.etcd, "a second node needs an etcd store: use the kinds_etcd fixture"
         address = f"127.0.0.1:{free_port()}"
         argv = [
-            *SCHEDD, "node", "--etcd", self.etcd, "--listen", address, "--node-id", name,
+            *SCHEDD, "node", "--store", self.store, "--listen", address, "--node-id", name,
             "--data-dir", str(self.root / name), "--partitions", "4", "--prefix", self.prefix,
         ]  # fmt: skip
         proc = Proc(name, argv, _env(), self.root / "logs" / f"{name}.log")
@@ -193,10 +205,22 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture
-async def kinds(
+async def kinds(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[KindsCluster]:
+    """One node on the embedded store, one worker."""
+    async for c in _running(KindsCluster(tmp_path), request):
+        yield c
+
+
+@pytest.fixture
+async def kinds_etcd(
     etcd_server: EtcdProcess, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[KindsCluster]:
-    c = KindsCluster(tmp_path, etcd_server.endpoint)
+    """The same on the session's etcd, where a test may add nodes."""
+    async for c in _running(KindsCluster(tmp_path, etcd_server.endpoint), request):
+        yield c
+
+
+async def _running(c: KindsCluster, request: pytest.FixtureRequest) -> AsyncIterator[KindsCluster]:
     try:
         yield c
     finally:

@@ -93,17 +93,17 @@ async def test_cancel_running_pending_and_held(kinds: KindsCluster, tmp_path: Pa
     assert code != 0 and "id" in err and "Traceback" not in err
 
 
-async def test_cancel_while_the_owner_is_dead_ends_at_takeover(kinds: KindsCluster) -> None:
+async def test_cancel_while_the_owner_is_dead_ends_at_takeover(kinds_etcd: KindsCluster) -> None:
     """The owner is SIGKILLed with a live execution; a cancel through another node is written
     to etcd at once, and the node that takes the partition over ends it CANCELLED."""
-    await kinds.start()
+    await kinds_etcd.start()
     job_id = (
-        await kinds.client.create_job("orphan", schedule="@after 1s", handler="nobody")
+        await kinds_etcd.client.create_job("orphan", schedule="@after 1s", handler="nobody")
     ).job.id
-    run = await one_run(kinds, job_id, lambda r: r.started_ms == 0, "the orphan run")
-    kinds.procs[0].signal(9)  # n0, the owner
-    kinds.procs[0].wait(10)
-    _, other = kinds.add_node("n1")
+    run = await one_run(kinds_etcd, job_id, lambda r: r.started_ms == 0, "the orphan run")
+    kinds_etcd.procs[0].signal(9)  # n0, the owner
+    kinds_etcd.procs[0].wait(10)
+    _, other = kinds_etcd.add_node("n1")
     client = AsyncClient(other, timeout_s=15)
     try:
 

@@ -29,20 +29,20 @@ def steps(log: Path) -> list[tuple[str, int, int]]:
 
 
 async def test_checkpoint_survives_worker_and_owner_crash(
-    kinds: KindsCluster, tmp_path: Path
+    kinds_etcd: KindsCluster, tmp_path: Path
 ) -> None:
     log = tmp_path / "steps.log"
     env = {"SCHEDD_CKPT_LOG": str(log)}
-    await kinds.start("--import", "jobs.ckpt_handlers", env=env)
+    await kinds_etcd.start("--import", "jobs.ckpt_handlers", env=env)
     job_id = (
-        await kinds.client.create_job(
+        await kinds_etcd.client.create_job(
             "count", schedule="@after 1s", handler="count", timeout="2m", max_attempts=3
         )
     ).job.id
     await eventually(
         lambda: asyncio.sleep(0, steps(log)), lambda s: len(s) >= 8, timeout=30, what="progress"
     )
-    node, worker = kinds.procs[0], kinds.procs[1]
+    node, worker = kinds_etcd.procs[0], kinds_etcd.procs[1]
     worker.signal(9)
     node.signal(9)
     worker.wait(10)
@@ -51,8 +51,8 @@ async def test_checkpoint_survives_worker_and_owner_crash(
     last = before[-1][2]
     assert {w for w, _, _ in before} == {"w0"}
 
-    _, address = kinds.add_node("n1")
-    kinds.add_worker("w1", "--connect", address, "--import", "jobs.ckpt_handlers", env=env)
+    _, address = kinds_etcd.add_node("n1")
+    kinds_etcd.add_worker("w1", "--connect", address, "--import", "jobs.ckpt_handlers", env=env)
     client = AsyncClient(address, timeout_s=15)
     try:
 

@@ -53,32 +53,32 @@ def _no_malformed_writes(c: KindsCluster) -> None:
     assert log_lines(c, "refused on its own") == 0, c.logs()
 
 
-async def test_a_target_down_then_healed_ends_every_fire_once(kinds: KindsCluster) -> None:
+async def test_a_target_down_then_healed_ends_every_fire_once(kinds_etcd: KindsCluster) -> None:
     """The issue's scenario: 20 per-second HTTP jobs on one host that answers 503 for a while
     (the breaker opens, refuses, half-opens, opens again), then heals; and two jobs of few
     attempts whose fires in the outage go to the dead letters."""
     outage = Outage("503", seconds=12)
-    target = await kinds.target(outage.respond)
-    await _two_of_each(kinds, "--http-breaker-cooldown", "3")
+    target = await kinds_etcd.target(outage.respond)
+    await _two_of_each(kinds_etcd, "--http-breaker-cooldown", "3")
     outage.start = time.time() + 3
     jobs = [
-        (await kinds.client.create_job(
+        (await kinds_etcd.client.create_job(
             f"hook-{i}", schedule=EVERY_SECOND, http=target.url(f"/hook/{i}"),
             misfire="catch_up", catch_up_limit=1000, **RETRY,
         )).job.id
         for i in range(20)
     ]  # fmt: skip
     dying = [
-        (await kinds.client.create_job(
+        (await kinds_etcd.client.create_job(
             f"fragile-{i}", schedule=EVERY_SECOND, http=target.url(f"/fragile/{i}"),
             misfire="catch_up", catch_up_limit=1000, max_attempts=2, retry_initial="1s",
         )).job.id
         for i in range(2)
     ]  # fmt: skip
     await asyncio.sleep(outage.healed_at + 6 - time.time())
-    paused = await pause_all(kinds, jobs + dying)
+    paused = await pause_all(kinds_etcd, jobs + dying)
     verdict = await check_fires_ended_once(
-        kinds,
+        kinds_etcd,
         jobs + dying,
         lambda: Effects.from_answers(outage.answers),
         paused_ms=paused,
@@ -89,16 +89,16 @@ async def test_a_target_down_then_healed_ends_every_fire_once(kinds: KindsCluste
     print(
         f"503 outage: fires {verdict.fires}, succeeded {verdict.succeeded}, dead {verdict.dead}, "
         f"requests {answered} ({in_outage} in the {outage.seconds:.0f} s outage), "
-        f"results refused {log_lines(kinds, 'node refused result')}"
+        f"results refused {log_lines(kinds_etcd, 'node refused result')}"
     )
     assert not verdict.problems, "\n".join(verdict.problems)
     assert verdict.dead > 0  # the fragile jobs' fires in the outage ran out of attempts
     # The breaker kept the outage's load down: far fewer requests than attempts due.
     assert in_outage < 22 * outage.seconds
-    _no_malformed_writes(kinds)
+    _no_malformed_writes(kinds_etcd)
 
 
-async def test_timeouts_and_retry_after_end_every_fire_once(kinds: KindsCluster) -> None:
+async def test_timeouts_and_retry_after_end_every_fire_once(kinds_etcd: KindsCluster) -> None:
     """Three hosts fail three ways for a while: too slow for the job's timeout, 429 with
     ``Retry-After: 2``, 429 with ``Retry-After`` as an HTTP date (one instant for every
     request answered in one second). The breaker stays out of it (a high threshold), so each
@@ -108,24 +108,26 @@ async def test_timeouts_and_retry_after_end_every_fire_once(kinds: KindsCluster)
         Outage("429s", seconds=10),
         Outage("429date", seconds=10),
     ]
-    targets = [await kinds.target(o.respond) for o in outages]
-    await _two_of_each(kinds, "--http-breaker-failures", "1000")
+    targets = [await kinds_etcd.target(o.respond) for o in outages]
+    await _two_of_each(kinds_etcd, "--http-breaker-failures", "1000")
     start = time.time() + 3
     jobs: dict[str, list[str]] = {}
     for outage, target in zip(outages, targets, strict=True):
         outage.start = start
         jobs[outage.how] = [
-            (await kinds.client.create_job(
+            (await kinds_etcd.client.create_job(
                 f"{outage.how}-{i}", schedule=EVERY_SECOND, http=target.url(f"/{i}"),
                 misfire="catch_up", catch_up_limit=1000, timeout="1s", **RETRY,
             )).job.id
             for i in range(6)
         ]  # fmt: skip
     await asyncio.sleep(start + 10 + 6 - time.time())
-    paused = await pause_all(kinds, [j for ids in jobs.values() for j in ids])
+    paused = await pause_all(kinds_etcd, [j for ids in jobs.values() for j in ids])
     for outage in outages:
         effects = functools.partial(Effects.from_answers, outage.answers)
-        verdict = await check_fires_ended_once(kinds, jobs[outage.how], effects, paused_ms=paused)
+        verdict = await check_fires_ended_once(
+            kinds_etcd, jobs[outage.how], effects, paused_ms=paused
+        )
         waited = [
             b.at - a.at
             for got in outage.answers.values()
@@ -140,19 +142,19 @@ async def test_timeouts_and_retry_after_end_every_fire_once(kinds: KindsCluster)
         assert not verdict.problems, f"{outage.how}:\n" + "\n".join(verdict.problems)
         if outage.how != "slow":  # the target's word is honoured (up to the max backoff)
             assert min(waited) >= 1.9, waited
-    _no_malformed_writes(kinds)
+    _no_malformed_writes(kinds_etcd)
 
 
 async def test_handlers_raising_for_a_while_end_every_fire_once(
-    kinds: KindsCluster, tmp_path: Path
+    kinds_etcd: KindsCluster, tmp_path: Path
 ) -> None:
     """Python handlers whose downstream is out for a while raise; every fire still takes
     effect exactly once through the fenced sink, and nothing runs after its effect."""
     down, db = tmp_path / "down", tmp_path / "effects.db"
     env = {"SCHEDD_EFFECTS_DB": str(db)}
-    await _two_of_each(kinds, "--import", "jobs.flaky_handlers", env=env)
+    await _two_of_each(kinds_etcd, "--import", "jobs.flaky_handlers", env=env)
     jobs = [
-        (await kinds.client.create_job(
+        (await kinds_etcd.client.create_job(
             f"flaky-{i}", schedule=EVERY_SECOND, handler="flaky",
             payload={"down_file": str(down)}, misfire="catch_up", catch_up_limit=1000, **RETRY,
         )).job.id
@@ -163,22 +165,22 @@ async def test_handlers_raising_for_a_while_end_every_fire_once(
     await asyncio.sleep(10)
     down.unlink()
     await asyncio.sleep(6)
-    paused = await pause_all(kinds, jobs)
+    paused = await pause_all(kinds_etcd, jobs)
     ledger = EffectLedger(db)
     try:
         verdict = await check_fires_ended_once(
-            kinds, jobs, lambda: _ledger_effects(ledger), paused_ms=paused
+            kinds_etcd, jobs, lambda: _ledger_effects(ledger), paused_ms=paused
         )
         attempts = len(ledger.attempts())
     finally:
         ledger.close()
     print(
         f"raising handlers: fires {verdict.fires}, succeeded {verdict.succeeded}, attempts "
-        f"{attempts}, results refused {log_lines(kinds, 'node refused result')}"
+        f"{attempts}, results refused {log_lines(kinds_etcd, 'node refused result')}"
     )
     assert not verdict.problems, "\n".join(verdict.problems)
     assert attempts > verdict.fires  # the outage made them retry
-    _no_malformed_writes(kinds)
+    _no_malformed_writes(kinds_etcd)
 
 
 def _ledger_effects(ledger: EffectLedger) -> Effects:

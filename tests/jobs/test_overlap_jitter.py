@@ -62,10 +62,10 @@ async def test_buffer_one_runs_one_at_a_time_with_one_waiting(kinds: KindsCluste
     assert len(skipped) >= 3, [execution_pb2.ExecutionState.Name(r.state) for r in runs]
 
 
-async def test_forbid_holds_across_a_partition_move(kinds: KindsCluster) -> None:
-    target = await kinds.target(slow_target(6))  # type: ignore[arg-type]
-    await kinds.start()
-    _, other = kinds.add_node("n1")
+async def test_forbid_holds_across_a_partition_move(kinds_etcd: KindsCluster) -> None:
+    target = await kinds_etcd.target(slow_target(6))  # type: ignore[arg-type]
+    await kinds_etcd.start()
+    _, other = kinds_etcd.add_node("n1")
     client = AsyncClient(other, timeout_s=15)
     try:
         await eventually(
@@ -79,7 +79,7 @@ async def test_forbid_holds_across_a_partition_move(kinds: KindsCluster) -> None
             what="both nodes owning partitions, the worker on both",
         )
         job = (
-            await kinds.client.create_job(
+            await kinds_etcd.client.create_job(
                 "lonely", schedule="* * * * * *", http=target.url("/f"), overlap="forbid"
             )
         ).job
@@ -89,10 +89,10 @@ async def test_forbid_holds_across_a_partition_move(kinds: KindsCluster) -> None
             lambda: asyncio.sleep(0, target.in_flight), lambda n: n == 1, what="a request"
         )
         await asyncio.sleep(1)
-        proc = kinds.procs[0] if owner == "n0" else kinds.procs[-1]
+        proc = kinds_etcd.procs[0] if owner == "n0" else kinds_etcd.procs[-1]
         proc.signal(15)  # a graceful stop: the partition moves while the request is out
         proc.wait(20)
-        survivor = client if owner == "n0" else kinds.client
+        survivor = client if owner == "n0" else kinds_etcd.client
         await eventually(
             lambda: _status(survivor),
             lambda st: st is not None and all(p.owner and p.owner != owner for p in st.partitions),

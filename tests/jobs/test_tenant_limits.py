@@ -252,19 +252,19 @@ async def test_lifting_a_cap_lets_the_waiting_fires_go(kinds: KindsCluster) -> N
     assert code == 3 and "no limits" in err
 
 
-async def test_two_nodes_enforce_one_limit_between_them(kinds: KindsCluster) -> None:
-    target = await kinds.target()
-    await kinds.start(*WORKER)
-    kinds.add_node("n1")
+async def test_two_nodes_enforce_one_limit_between_them(kinds_etcd: KindsCluster) -> None:
+    target = await kinds_etcd.target()
+    await kinds_etcd.start(*WORKER)
+    kinds_etcd.add_node("n1")
     await eventually(
-        kinds.client.cluster_status,
+        kinds_etcd.client.cluster_status,
         lambda st: len({p.owner for p in st.partitions}) == 2 and len(st.nodes) == 2,
         timeout=30,
         what="both nodes to own partitions",
     )
-    await kinds.client.set_tenant_limits("f", rate=300, burst=1)
+    await kinds_etcd.client.set_tenant_limits("f", rate=300, burst=1)
     schedule, _ = at_second(6)
-    await create_many(kinds, "f", 600, schedule, target.url("/"))
+    await create_many(kinds_etcd, "f", 600, schedule, target.url("/"))
     await eventually(
         lambda: asyncio.sleep(0, len(target.seen)),
         lambda n: n >= 600,
