@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from schedd.cli._apply import ApplyError, load
 from schedd.cli._export import Export, render
 from schedd.cli.schedctl import cli
 from schedd.client import build_job
@@ -184,3 +186,35 @@ def test_a_node_that_does_not_answer_is_one_line() -> None:
     result = run(["export", "--all-tenants"])
     assert result.exit_code == 5, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_apply_names_bad_limits_documents_by_file_document_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "kind: TenantLimits\ntenant: a\nrate: 5\n---\n"
+        "kind: TenantLimits\ntenant: a\nmax_running: 1\n---\n"
+        "kind: TenantLimits\ntenant: b\nburst: 3\n---\n"
+        "kind: TenantLimits\ntenant: c\nrate: fast\n---\n"
+        "kind: TenantLimits\nrate: 1\nspeed: 2\n---\n"
+        "kind: Cron\nname: x\nschedule: {expr: '@every 1m'}\nhandler: echo\n"
+    )
+    with pytest.raises(ApplyError, match="5 problem"):
+        load((str(bad),), CREATED)
+    lines = capsys.readouterr().err.splitlines()
+    assert (
+        lines
+        == [
+            f"{bad}#2: limits of tenant 'a' are also in {bad}#1",
+            f"{bad}#3: burst: needs a rate (a burst is what a rate allows at once)",
+            f"{bad}#4: rate: must be a number, got 'fast'",
+            f"{bad}#5: speed: unknown field",
+            f"{bad}#6: kind: unknown kind 'Cron' (Job or TenantLimits)",
+        ][: len(lines)]
+        and len(lines) == 5
+    ), lines
+    good = tmp_path / "good.yaml"
+    good.write_text("kind: TenantLimits\ntenant: a\nrate: 5\n")
+    docs = load((str(good),), CREATED)
+    assert docs.jobs == [] and [d.limits.burst for d in docs.limits] == [5]  # the default

@@ -100,7 +100,7 @@ def job_from_dict(doc: Any) -> tuple[job_pb2.Job, bool | None]:
     """
     d = dict(_mapping(doc, "document"))
     if d.pop("kind", KIND_JOB) != KIND_JOB:
-        raise InvalidArgument("kind", f"{doc['kind']!r} is not Job here")
+        raise InvalidArgument("kind", f"unknown kind {doc['kind']!r} ({KIND_JOB} or {KIND_LIMITS})")
     _keys(d, "", _TOP | _OUTPUT)
     job = job_pb2.Job(
         tenant=_str(d.get("tenant", ""), "tenant"), name=_str(d.get("name", ""), "name")
