@@ -19,6 +19,7 @@ from schedd.schedule import (
     jitter_offset_ms,
     parse_duration_ms,
     parse_schedule,
+    pin_anchor,
     plan_misfires,
     retry_backoff_ms,
     validate_timezone,
@@ -33,7 +34,7 @@ def test_public_api() -> None:
     assert set(sch.__all__) == {
         "parse_schedule", "Schedule", "ScheduleKind", "MisfirePlan", "plan_misfires",
         "jitter_offset_ms", "retry_backoff_ms", "parse_duration_ms", "format_duration_ms",
-        "validate_timezone",
+        "validate_timezone", "pin_anchor",
     }  # fmt: skip
 
 
@@ -117,6 +118,36 @@ def test_every_after_at() -> None:
     assert local.next_fire(0) == _ms("2025-03-09T07:00:00Z")
     fold = parse_schedule("@at 2025-11-02T01:30:00", "America/New_York")
     assert fold.next_fire(0) == _ms("2025-11-02T01:30:00-04:00")
+
+
+def test_an_explicit_anchor_replaces_the_creation_time() -> None:
+    t0 = _ms("2026-01-01T00:05:00.250Z")
+    for created in (0, 1_000, t0 + 7_777):  # wherever the job is created, the same fires
+        e = parse_schedule("@every 1h from 2026-01-01T00:05:00.250Z", anchor_ms=created)
+        assert e.next_fire(t0 + 10) == t0 + 3_600_000
+    a = parse_schedule("@after 90s from 2026-01-01T01:00:00+01:00", anchor_ms=123)
+    assert a.next_fire(0) == _ms("2026-01-01T00:01:30Z")
+    assert pin_anchor("@every 30s", t0) == "@every 30s from 2026-01-01T00:05:00.250Z"
+    assert pin_anchor(" @after 2m ", 0) == "@after 2m from 1970-01-01T00:00:00Z"
+    for fixed in ("*/5 * * * *", "@at 2026-12-24T18:00:00Z", "@every 1m from 2026-01-01T00:00:00Z"):
+        assert pin_anchor(fixed, t0) == fixed
+    pinned = parse_schedule(pin_anchor("@every 7s", 1_234), anchor_ms=999_999)
+    assert list(pinned.fires(0, limit=2)) == [8_234, 15_234]
+
+
+@pytest.mark.parametrize(
+    ("expr", "needle"),
+    [
+        ("@every 1h from 2026-01-01T00:05:00", "needs a UTC offset"),
+        ("@every 1h from soon", "not an ISO-8601 time"),
+        ("@every 1h from 2026-01-01T00:00:00.0001Z", "finer than a millisecond"),
+        ("@after 1s from 2200-01-01T00:00:00Z", "outside 1970..2100"),
+        ("@every 500ms from 2026-01-01T00:00:00Z", "at least 1s"),
+    ],
+)
+def test_bad_anchors_are_refused(expr: str, needle: str) -> None:
+    with pytest.raises(InvalidSchedule, match=needle):
+        parse_schedule(expr)
 
 
 def test_schedule_is_immutable_and_hashable() -> None:

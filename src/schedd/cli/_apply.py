@@ -6,6 +6,11 @@ document is compared with the job of the same tenant and name: none, it is creat
 that differs, it is updated (only the fields that differ, guarded by the job's version);
 the same, it is left alone. ``--dry-run`` stops after the comparison and prints what would
 happen. Applying the same files twice changes nothing the second time.
+
+A document with ``kind: TenantLimits`` (what ``schedctl export`` writes for a tenant with
+limits) sets that tenant's limits the way ``schedctl tenant set`` does: whole, a missing limit
+is off. Limits are compared and set the same way (create, update, unchanged), before any job,
+so a tenant's jobs never run without its limits.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ from schedd._errors import InvalidArgument, SchedError
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import console, emit, rows_table
 from schedd.client import Client
-from schedd.client._spec import changed_paths, job_from_dict
-from schedd.model import normalise_spec
-from schedd.v1 import job_pb2
+from schedd.client._spec import KIND_LIMITS, changed_paths, job_from_dict, limits_from_dict
+from schedd.model import normalise_spec, validate_tenant_limits
+from schedd.v1 import job_pb2, scheduler_pb2
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 #: Jobs created per call.
@@ -49,6 +54,29 @@ class Doc:
     @property
     def key(self) -> tuple[str, str]:
         return (self.job.tenant, self.job.name)
+
+
+@dataclass
+class LimitsDoc:
+    """A ``kind: TenantLimits`` document: a tenant's limits, normalised, and what applying
+    them does."""
+
+    where: str
+    limits: scheduler_pb2.TenantLimits
+    action: str = ""
+    changes: list[str] = field(default_factory=list)
+
+
+#: The limits a TenantLimits document sets, in the order changes are named.
+LIMIT_FIELDS = ("rate", "burst", "max_running", "max_jobs", "api_rate", "api_burst")
+
+
+@dataclass
+class Docs:
+    """Everything the files ask for: job specs and tenant limits, in file order."""
+
+    jobs: list[Doc] = field(default_factory=list)
+    limits: list[LimitsDoc] = field(default_factory=list)
 
 
 class ApplyError(click.ClickException):
@@ -92,15 +120,36 @@ def _documents(path: Path) -> list[Any]:
     return docs
 
 
-def load(paths: tuple[str, ...], now_ms: int) -> list[Doc]:
+def _is_limits(raw: Any) -> bool:
+    return isinstance(raw, dict) and raw.get("kind") == KIND_LIMITS
+
+
+def _load_limits(raw: dict[str, Any], where: str, docs: Docs, errors: list[str]) -> None:
+    try:
+        limits = validate_tenant_limits(limits_from_dict(raw))
+    except InvalidArgument as exc:  # field paths are the document's
+        field = exc.field.removeprefix("limits.").removeprefix("limits")
+        errors.append(f"{where}: {field}: {exc.reason}" if field else f"{where}: {exc.reason}")
+        return
+    for other in docs.limits:
+        if other.limits.tenant == limits.tenant:
+            errors.append(f"{where}: limits of tenant {limits.tenant!r} are also in {other.where}")
+            return
+    docs.limits.append(LimitsDoc(where, limits))
+
+
+def load(paths: tuple[str, ...], now_ms: int) -> Docs:
     """Every document of every file, parsed and normalised; all errors at once."""
-    docs: list[Doc] = []
+    docs = Docs()
     errors: list[str] = []
     seen: dict[tuple[str, str], str] = {}
     for path in _files(paths):
         name = "stdin" if str(path) == "-" else str(path)
         for n, raw in enumerate(_documents(path), start=1):
             where = f"{name}#{n}"
+            if _is_limits(raw):
+                _load_limits(raw, where, docs, errors)
+                continue
             try:
                 job, paused = job_from_dict(raw)
                 job.tenant = job.tenant or "default"
@@ -115,14 +164,40 @@ def load(paths: tuple[str, ...], now_ms: int) -> list[Doc]:
                               f"{seen[doc.key]}")  # fmt: skip
                 continue
             seen[doc.key] = where
-            docs.append(doc)
+            docs.jobs.append(doc)
     if errors:
         for line in errors:
             click.echo(line, err=True)
         raise ApplyError(f"{len(errors)} problem(s) in the job specs; nothing was applied")
-    if not docs:
+    if not docs.jobs and not docs.limits:
         raise ApplyError(f"no job specs in {', '.join(paths)}")
     return docs
+
+
+def plan_limits(client: Client, docs: list[LimitsDoc]) -> None:
+    """Fill in each limits document's action against the limits stored now."""
+    if not docs:
+        return
+    stored = {t.tenant: t for t in client.list_tenant_limits()}
+    for doc in docs:
+        now = stored.get(doc.limits.tenant)
+        if now is None:
+            doc.action = "create"
+            continue
+        doc.changes = [f for f in LIMIT_FIELDS if getattr(doc.limits, f) != getattr(now, f)]
+        doc.action = "update" if doc.changes else "unchanged"
+
+
+def execute_limits(client: Client, docs: list[LimitsDoc]) -> None:
+    """Set the limits planned to change, as ``schedctl tenant set`` does."""
+    for doc in docs:
+        if doc.action not in ("create", "update"):
+            continue
+        lim = doc.limits
+        try:
+            client.set_tenant_limits(lim.tenant, **{f: getattr(lim, f) for f in LIMIT_FIELDS})
+        except SchedError as exc:
+            doc.action = f"failed: {exc}"
 
 
 def plan(client: Client, docs: list[Doc]) -> None:
@@ -190,14 +265,41 @@ def execute(client: Client, docs: list[Doc], progress: bool) -> None:
         click.echo("", err=True)
 
 
-def _table(docs: list[Doc], dry_run: bool) -> Table:
-    verb = {"create": "would create", "update": "would update"} if dry_run else {}
-    rows = [
-        (d.where, d.job.tenant, d.job.name, d.job_id or "-", verb.get(d.action, d.action),
-         ", ".join(d.changes))
-        for d in docs
+def _rows(docs: Docs, dry_run: bool) -> list[dict[str, Any]]:
+    """One row per document, limits first (they are applied first)."""
+    rows: list[dict[str, Any]] = [
+        {"document": d.where, "kind": KIND_LIMITS, "tenant": d.limits.tenant, "name": "",
+         "id": "", "action": d.action, "changes": d.changes, "dry_run": dry_run}
+        for d in docs.limits
     ]  # fmt: skip
-    return rows_table(("DOCUMENT", "TENANT", "NAME", "ID", "ACTION", "CHANGES"), rows)
+    rows += [
+        {"document": d.where, "kind": "Job", "tenant": d.job.tenant, "name": d.job.name,
+         "id": d.job_id, "action": d.action, "changes": d.changes, "dry_run": dry_run}
+        for d in docs.jobs
+    ]  # fmt: skip
+    return rows
+
+
+def _table(rows: list[dict[str, Any]], dry_run: bool) -> Table:
+    verb = {"create": "would create", "update": "would update"} if dry_run else {}
+    cells = [
+        (r["document"], r["kind"], r["tenant"], r["name"], r["id"],
+         verb.get(r["action"], r["action"]), ", ".join(r["changes"]))
+        for r in rows
+    ]  # fmt: skip
+    return rows_table(("DOCUMENT", "KIND", "TENANT", "NAME", "ID", "ACTION", "CHANGES"), cells)
+
+
+def _summary(what: str, actions: list[str], dry_run: bool) -> tuple[str, bool]:
+    """``"3 job specs: 1 created, 2 unchanged"`` and whether any failed."""
+    counts: dict[str, int] = {}
+    for action in actions:
+        key = "failed" if action.startswith("failed") else action
+        counts[key] = counts.get(key, 0) + 1
+    would = "would be " if dry_run else ""
+    summary = ", ".join(f"{n} {would}{a}d" if a in ("create", "update") else f"{n} {a}"
+                        for a, n in sorted(counts.items()))  # fmt: skip
+    return f"{len(actions)} {what}: {summary}", bool(counts.get("failed"))
 
 
 @click.command("apply")
@@ -215,30 +317,32 @@ def apply_cmd(paths: tuple[str, ...], dry_run: bool) -> None:
     """Create or update jobs from specs, matched by tenant and name.
 
     A spec is what `schedctl job get ID -o yaml` prints (name and schedule.expr required;
-    output-only fields ignored). Applying the same specs again changes nothing.
+    output-only fields ignored); a `kind: TenantLimits` document sets a tenant's limits, as
+    `schedctl tenant set` does. `schedctl export` writes both. Applying the same specs again
+    changes nothing.
     """
     docs = load(paths, int(time.time() * 1000))
     client = settings().client()
-    plan(client, docs)
+    plan_limits(client, docs.limits)
+    plan(client, docs.jobs)
     if not dry_run:
-        execute(client, docs, progress=sys.stderr.isatty() and len(docs) > 50)
+        execute_limits(client, docs.limits)
+        execute(client, docs.jobs, progress=sys.stderr.isatty() and len(docs.jobs) > 50)
     fmt = settings().output
-    rows = [
-        {"document": d.where, "tenant": d.job.tenant, "name": d.job.name, "id": d.job_id,
-         "action": d.action, "changes": d.changes, "dry_run": dry_run}
-        for d in docs
-    ]  # fmt: skip
+    rows = _rows(docs, dry_run)
     if fmt == "table":
-        console().print(_table(docs, dry_run))
+        console().print(_table(rows, dry_run))
     else:
         emit(fmt, rows)
-    counts: dict[str, int] = {}
-    for d in docs:
-        key = "failed" if d.action.startswith("failed") else d.action
-        counts[key] = counts.get(key, 0) + 1
-    would = "would be " if dry_run else ""
-    summary = ", ".join(f"{n} {would}{a}d" if a in ("create", "update") else f"{n} {a}"
-                        for a, n in sorted(counts.items()))  # fmt: skip
-    click.echo(f"{len(docs)} job specs: {summary}", err=True)
-    if counts.get("failed"):
+    lines, failed = [], False
+    for what, actions in (
+        ("tenant limits", [d.action for d in docs.limits]),
+        ("job specs", [d.action for d in docs.jobs]),
+    ):
+        if actions:
+            line, bad = _summary(what, actions, dry_run)
+            lines.append(line)
+            failed = failed or bad
+    click.echo("; ".join(lines), err=True)
+    if failed:
         sys.exit(1)

@@ -43,6 +43,7 @@ from schedd.cli._apply import apply_cmd
 from schedd.cli._auth import audit_group, token_group, whoami
 from schedd.cli._context import DEFAULT_ENDPOINT, Settings, join_endpoints
 from schedd.cli._exit import ERROR, NOT_FOUND, UNAVAILABLE, USAGE, exit_code, report, tls_advice
+from schedd.cli._export import export_cmd
 from schedd.cli._jobs import job_group
 from schedd.cli._output import FORMATS
 from schedd.cli._preview import preview
@@ -213,6 +214,7 @@ cli.add_command(worker_group)
 cli.add_command(cluster_group)
 cli.add_command(tenant_group)
 cli.add_command(apply_cmd)
+cli.add_command(export_cmd)
 cli.add_command(preview)
 
 

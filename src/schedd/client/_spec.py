@@ -9,20 +9,47 @@ defaults a create takes.
 
 The fields an apply compares and updates are :data:`SPEC_PATHS` (the mutable part of a job,
 plus ``paused``).
+
+:func:`job_to_spec` is the inverse that ``schedctl export`` writes: only what apply reads,
+defaults left out. A document with ``kind: TenantLimits`` is a tenant's limits
+(:func:`limits_from_dict`, :func:`limits_to_spec`); a job document has no kind (or
+``kind: Job``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from schedd._errors import InvalidArgument
 from schedd.client._convert import decode_payload, encode_payload
-from schedd.model import MUTABLE_PATHS, parse_misfire, parse_overlap
-from schedd.v1 import job_pb2
+from schedd.model import (
+    MUTABLE_PATHS,
+    default_burst,
+    misfire_name,
+    overlap_name,
+    parse_misfire,
+    parse_overlap,
+)
+from schedd.model._job import (  # what normalise_spec fills in: export leaves these out
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_INITIAL_BACKOFF_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF_MS,
+    DEFAULT_MULTIPLIER,
+    DEFAULT_QUEUE,
+    DEFAULT_TIMEOUT_MS,
+    DEFAULT_TIMEZONE,
+)
+from schedd.schedule import pin_anchor
+from schedd.v1 import job_pb2, scheduler_pb2
 
 #: What ``apply`` compares, in this order: the mutable paths of UpdateJob.
 SPEC_PATHS: tuple[str, ...] = MUTABLE_PATHS
+#: The ``kind`` of a tenant limits document (a job document has none, or ``Job``).
+KIND_JOB, KIND_LIMITS = "Job", "TenantLimits"
+_LIMIT_KEYS = ("rate", "burst", "max_running", "max_jobs", "api_rate", "api_burst")
 
 _OUTPUT = {
     "id", "version", "partition", "created_ms", "created_time", "updated_ms", "updated_time",
@@ -71,7 +98,9 @@ def job_from_dict(doc: Any) -> tuple[job_pb2.Job, bool | None]:
         InvalidArgument: naming the field: not a mapping, an unknown key, a wrong type, or a
             missing ``name`` or ``schedule.expr``.
     """
-    d = _mapping(doc, "document")
+    d = dict(_mapping(doc, "document"))
+    if d.pop("kind", KIND_JOB) != KIND_JOB:
+        raise InvalidArgument("kind", f"unknown kind {doc['kind']!r} ({KIND_JOB} or {KIND_LIMITS})")
     _keys(d, "", _TOP | _OUTPUT)
     job = job_pb2.Job(
         tenant=_str(d.get("tenant", ""), "tenant"), name=_str(d.get("name", ""), "name")
@@ -180,4 +209,154 @@ def changed_paths(desired: job_pb2.Job, stored: job_pb2.Job) -> list[str]:
                 out.append(path)
         elif getattr(desired, path) != getattr(stored, path):
             out.append(path)
+    return out
+
+
+def job_to_spec(job: job_pb2.Job, *, paused: bool = True) -> dict[str, Any]:
+    """The document :func:`job_from_dict` reads back as ``job`` (a stored, normalised job):
+    ``name``, ``tenant``, ``schedule`` and the target always, every other field only when it
+    is not the default a create fills in, and ``paused`` (the job's state) unless
+    ``paused=False``. Output-only fields (id, version, times, partition) and the
+    idempotency key (apply ignores it) are left out.
+
+    An ``@every`` or ``@after`` schedule gets its anchor written out (``@every 30s from
+    <created>``, :func:`~schedd.schedule.pin_anchor`), so the job fires at the same instants
+    wherever the document is applied.
+
+    Example::
+
+        {"name": "ping", "tenant": "default",
+         "schedule": {"expr": "@every 30s from 2026-03-01T12:00:03.417Z"},
+         "http": {"url": "https://example.com/hook", "method": "GET"}, "paused": False}
+    """
+    sched: dict[str, Any] = {"expr": pin_anchor(job.schedule.expr, job.created_ms)}
+    if job.schedule.timezone not in ("", DEFAULT_TIMEZONE):
+        sched["timezone"] = job.schedule.timezone
+    out: dict[str, Any] = {"name": job.name, "tenant": job.tenant, "schedule": sched}
+    out.update(_target_spec(job))
+    if job.payload:
+        out["payload"] = decode_payload(job.payload)
+    retry = _retry_spec(job.retry)
+    if retry:
+        out["retry"] = retry
+    if job.timeout_ms not in (0, DEFAULT_TIMEOUT_MS):
+        out["timeout_ms"] = job.timeout_ms
+    misfire = _misfire_spec(job.misfire)
+    if misfire:
+        out["misfire"] = misfire
+    if job.overlap not in (job_pb2.OVERLAP_POLICY_UNSPECIFIED, job_pb2.OVERLAP_ALLOW):
+        out["overlap"] = overlap_name(job.overlap).lower()
+    if job.jitter_ms:
+        out["jitter_ms"] = job.jitter_ms
+    if job.labels:
+        out["labels"] = dict(sorted(job.labels.items()))
+    if paused:
+        out["paused"] = job.paused
+    return out
+
+
+def _target_spec(job: job_pb2.Job) -> dict[str, Any]:
+    kind = job.WhichOneof("target")
+    if kind == "handler":
+        h = job.handler
+        # The short form when the queue is the default one: ``handler: send_report``.
+        short = h.queue in ("", DEFAULT_QUEUE)
+        return {"handler": h.name if short else {"name": h.name, "queue": h.queue}}
+    if kind == "http":
+        http: dict[str, Any] = {"url": job.http.url}
+        if job.http.method not in ("", "POST"):
+            http["method"] = job.http.method
+        if job.http.headers:
+            http["headers"] = dict(sorted(job.http.headers.items()))
+        if job.http.success_codes:
+            http["success_codes"] = list(job.http.success_codes)
+        return {"http": http}
+    if kind == "shell":
+        shell: dict[str, Any] = {"argv": list(job.shell.argv)}
+        if job.shell.cwd:
+            shell["cwd"] = job.shell.cwd
+        if job.shell.env:
+            shell["env"] = dict(sorted(job.shell.env.items()))
+        return {"shell": shell}
+    return {}
+
+
+def _misfire_spec(misfire: job_pb2.MisfirePolicy) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if misfire.mode not in (job_pb2.MISFIRE_MODE_UNSPECIFIED, job_pb2.MISFIRE_ONCE):
+        out["mode"] = misfire_name(misfire.mode).lower()
+    if misfire.catch_up_limit not in (0, DEFAULT_CATCH_UP_LIMIT):
+        out["catch_up_limit"] = misfire.catch_up_limit
+    if misfire.starting_deadline_ms:
+        out["starting_deadline_ms"] = misfire.starting_deadline_ms
+    return out
+
+
+def _retry_spec(retry: job_pb2.RetryPolicy) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if retry.max_attempts not in (0, DEFAULT_MAX_ATTEMPTS):
+        out["max_attempts"] = retry.max_attempts
+    initial = retry.initial_backoff_ms or DEFAULT_INITIAL_BACKOFF_MS
+    if initial != DEFAULT_INITIAL_BACKOFF_MS:
+        out["initial_backoff_ms"] = initial
+    # The default maximum follows the initial backoff (normalise_spec): compare with that.
+    if retry.max_backoff_ms not in (0, max(DEFAULT_MAX_BACKOFF_MS, initial)):
+        out["max_backoff_ms"] = retry.max_backoff_ms
+    if retry.multiplier not in (0.0, DEFAULT_MULTIPLIER):
+        out["multiplier"] = retry.multiplier
+    return out
+
+
+def payload_is_json(payload: bytes) -> bool:
+    """Whether a stored payload survives a document: empty or JSON. Any other bytes (text,
+    binary) would come back from :func:`job_from_dict` JSON-encoded: different bytes."""
+    if not payload:
+        return True
+    try:
+        json.loads(payload)
+    except ValueError:  # UnicodeDecodeError is one
+        return False
+    return True
+
+
+def limits_from_dict(doc: Mapping[str, Any]) -> scheduler_pb2.TenantLimits:
+    """The limits a ``kind: TenantLimits`` document sets (not yet normalised: see
+    :func:`~schedd.model.validate_tenant_limits`). Missing limits are 0: off, as with
+    ``schedctl tenant set``, which replaces a tenant's limits whole.
+
+    Raises:
+        InvalidArgument: naming the field: an unknown key, a missing tenant, a wrong type.
+    """
+    _keys(doc, "", {"kind", "tenant", "updated_ms", "updated_time", *_LIMIT_KEYS})
+    tenant = _str(doc.get("tenant", ""), "tenant")
+    if not tenant:
+        raise InvalidArgument("tenant", "is required")
+    out = scheduler_pb2.TenantLimits(tenant=tenant)
+    for key in _LIMIT_KEYS:
+        value = doc.get(key, 0)
+        if key in ("rate", "api_rate"):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidArgument(key, f"must be a number, got {value!r}")
+            setattr(out, key, float(value))
+        else:
+            setattr(out, key, _int(value, key))
+    return out
+
+
+def limits_to_spec(limits: scheduler_pb2.TenantLimits) -> dict[str, Any]:
+    """A ``kind: TenantLimits`` document of stored limits: the limits that are set, bursts
+    only when not the default (a second's worth of the rate)."""
+    out: dict[str, Any] = {"kind": KIND_LIMITS, "tenant": limits.tenant}
+    if limits.rate:
+        out["rate"] = limits.rate
+        if limits.burst != default_burst(limits.rate):
+            out["burst"] = limits.burst
+    if limits.max_running:
+        out["max_running"] = limits.max_running
+    if limits.max_jobs:
+        out["max_jobs"] = limits.max_jobs
+    if limits.api_rate:
+        out["api_rate"] = limits.api_rate
+        if limits.api_burst != default_burst(limits.api_rate):
+            out["api_burst"] = limits.api_burst
     return out

@@ -8,7 +8,7 @@ Parse once with :func:`parse_schedule`, then advance from a UTC cursor with
 from schedd.schedule._duration import format_duration_ms, parse_duration_ms
 from schedd.schedule._jitter import jitter_offset_ms, retry_backoff_ms
 from schedd.schedule._misfire import MisfirePlan, plan_misfires
-from schedd.schedule._schedule import Schedule, ScheduleKind, parse_schedule
+from schedd.schedule._schedule import Schedule, ScheduleKind, parse_schedule, pin_anchor
 from schedd.schedule._tz import validate_timezone
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "jitter_offset_ms",
     "parse_duration_ms",
     "parse_schedule",
+    "pin_anchor",
     "plan_misfires",
     "retry_backoff_ms",
     "validate_timezone",

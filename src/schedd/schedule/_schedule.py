@@ -161,7 +161,11 @@ def parse_schedule(expr: str, tz: str = "UTC", *, anchor_ms: int = 0) -> Schedul
 
     Args:
         expr: Cron (5 fields, or 6 with seconds first), a macro (``@daily``...),
-            ``@every <duration>``, ``@at <ISO-8601>`` or ``@after <duration>``.
+            ``@every <duration>``, ``@at <ISO-8601>`` or ``@after <duration>``. ``@every``
+            and ``@after`` take an explicit anchor, ``from <ISO-8601 with offset>``
+            (milliseconds allowed), which replaces ``anchor_ms``: ``@every 1h from
+            2026-01-01T00:05:00Z`` fires at five past every hour whenever the job was
+            created (what ``schedctl export`` writes, so a copy keeps the phase).
         tz: IANA zone the cron fields and an offset-less ``@at`` are read in.
         anchor_ms: The job's creation time: ``@every`` fires at ``anchor + k*interval``
             (k >= 1), ``@after`` at ``anchor + delay``; cron uses it as the reference point
@@ -176,9 +180,11 @@ def parse_schedule(expr: str, tz: str = "UTC", *, anchor_ms: int = 0) -> Schedul
     head, _, rest = text.partition(" ")
     head, rest = head.lower(), rest.strip()
     if head == "@every":
+        rest, anchor_ms = _anchor(rest, head, anchor_ms)
         iv = _whole_seconds(rest, "@every")
         return Schedule(ScheduleKind.EVERY, text, zone_name, interval_ms=iv, anchor_ms=anchor_ms)
     if head == "@after":
+        rest, anchor_ms = _anchor(rest, head, anchor_ms)
         delay = _whole_seconds(rest, "@after")
         at = anchor_ms + delay
         _check_range(at, text)
@@ -215,6 +221,40 @@ def _whole_seconds(text: str, what: str) -> int:
     if ms % 1000:
         raise InvalidSchedule(f"{what} {text!r}: finer than one second is not supported")
     return ms
+
+
+def pin_anchor(expr: str, anchor_ms: int) -> str:
+    """``expr`` with its anchor written out, so it fires at the same instants wherever and
+    whenever a job is created with it: ``@every 30s`` anchored at ``anchor_ms`` becomes
+    ``@every 30s from 2026-03-01T12:00:03.417Z``. Cron, ``@at`` and an expression that has
+    a ``from`` already do not depend on the creation time and come back unchanged."""
+    text = expr.strip()
+    head = text.partition(" ")[0].lower()
+    if head not in ("@every", "@after") or " from " in text:
+        return expr
+    return f"{text} from {iso_ms(anchor_ms)}"
+
+
+def _anchor(rest: str, head: str, default_ms: int) -> tuple[str, int]:
+    """Split ``"<duration> from <ISO>"`` into the duration and the anchor (UTC ms);
+    ``(rest, default_ms)`` when there is no ``from``."""
+    duration, found, when = rest.partition(" from ")
+    if not found:
+        return rest, default_ms
+    when = when.strip()
+    try:
+        dt = datetime.fromisoformat(when)
+    except ValueError as exc:
+        raise InvalidSchedule(
+            f"{head} ... from {when!r}: not an ISO-8601 time such as 2026-01-01T00:05:00Z"
+        ) from exc
+    if dt.tzinfo is None:  # an anchor is an instant; a wall time would move with the zone
+        raise InvalidSchedule(f"{head} ... from {when!r}: needs a UTC offset or Z")
+    if dt.microsecond % 1000:
+        raise InvalidSchedule(f"{head} ... from {when!r}: finer than a millisecond")
+    ms = int(dt.timestamp()) * 1000 + dt.microsecond // 1000
+    _check_range(ms, f"{head} ... from {when}")
+    return duration.strip(), ms
 
 
 def _check_range(at_ms: int, text: str) -> None:
