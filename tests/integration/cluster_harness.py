@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from schedd.client import AsyncClient
 from schedd.node import Node, NodeConfig
-from schedd.store import EtcdConfig
+from schedd.store import parse_store
 from schedd.v1 import execution_pb2
 from schedd.worker import Worker
 
@@ -41,10 +41,12 @@ async def eventually(
 
 
 def node_config(endpoint: str, prefix: bytes, data_dir: Path, **overrides: Any) -> NodeConfig:
+    """A test node's config; ``endpoint`` is an etcd endpoint or a store address
+    (``rocksdb:PATH``: an embedded store, for one node of this process)."""
     cfg = NodeConfig(
         node_id="n1",
         listen="127.0.0.1:0",
-        store=EtcdConfig(endpoints=(endpoint,)),
+        store=parse_store(endpoint),
         prefix=prefix,
         partitions=4,
         data_dir=data_dir,

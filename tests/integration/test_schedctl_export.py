@@ -1,6 +1,8 @@
 """schedctl export → apply into another cluster: the same jobs by (tenant, name), the same
 specs, paused states and limits, the same next fires; a second apply changes nothing.
-Real schedctl processes against two real nodes on two prefixes of one real etcd."""
+Real schedctl processes against two real nodes: the source on etcd (another prefix of the
+same etcd) or on an embedded store (the move from one machine to an etcd cluster, as
+docs/operations.md describes it), the destination on etcd."""
 
 from __future__ import annotations
 
@@ -25,12 +27,16 @@ from schedd.v1 import job_pb2
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
+@pytest.fixture(params=["etcd", "rocksdb"])
 async def clusters(
-    etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path
+    etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Harness, Harness]]:
-    """Two clusters of one node each, no workers (nothing needs to run)."""
-    src = Harness(etcd_server.endpoint, etcd_prefix + b"src/", tmp_path / "src")
+    """Two clusters of one node each, no workers (nothing needs to run); the source on etcd
+    or on an embedded store, the destination on etcd."""
+    source = etcd_server.endpoint
+    if request.param == "rocksdb":
+        source = f"rocksdb:{tmp_path / 'src-store'}"
+    src = Harness(source, etcd_prefix + b"src/", tmp_path / "src")
     dst = Harness(etcd_server.endpoint, etcd_prefix + b"dst/", tmp_path / "dst")
     try:
         await src.start_node()
