@@ -194,6 +194,28 @@ def test_node_unit_runs_a_node_with_real_flags(
     assert _one(unit, "Service", "KillSignal") == "SIGTERM"
 
 
+def test_single_machine_unit_runs_a_node_on_the_embedded_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    unit = _unit(SYSTEMD / "schedd-single.service")
+    env = _env_file(SYSTEMD / "single.env.example")
+    alternatives = _env_file(SYSTEMD / "single.env.example", commented=True)
+    for names in (set(env), set(alternatives)):
+        assert names - GROUP_ENV <= _envvars("node"), "a variable no `schedd node` option reads"
+    assert [v for k, v in unit["Service"] if k == "EnvironmentFile"] == ["/etc/schedd/single.env"]
+    argv = _exec_argv(_one(unit, "Service", "ExecStart"), "", env)
+    assert argv[0] == SCHEDD_BIN
+    params = _parse(argv[1:], env, monkeypatch, tmp_path)
+    assert params["command"] == "node"
+    assert params["store"] == "rocksdb:/var/lib/schedd/store"
+    assert params["etcd_endpoints"] is None
+    assert params["data_dir"] == "/var/lib/schedd/node"
+    # Both live in the state directory systemd creates.
+    assert _one(unit, "Service", "StateDirectory") == "schedd"
+    assert _timeout_s(_one(unit, "Service", "TimeoutStopSec")) > NODE_STOP_BUDGET_S
+    assert _one(unit, "Service", "KillSignal") == "SIGTERM"
+
+
 def test_worker_unit_runs_a_worker_with_real_flags(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -244,7 +266,12 @@ def _verify_units(tmp_path: Path) -> Iterator[tuple[str, subprocess.CompletedPro
     for unit in SYSTEMD.glob("*.service"):
         text = unit.read_text().replace(SCHEDD_BIN, str(schedd)).replace("/usr/bin/etcd", etcd)
         (tmp_path / unit.name).write_text(text)
-    for name in ("schedd-node@node-1.service", "schedd-worker@1.service", "etcd.service"):
+    for name in (
+        "schedd-node@node-1.service",
+        "schedd-single.service",
+        "schedd-worker@1.service",
+        "etcd.service",
+    ):
         result = subprocess.run(
             [analyze, "verify", f"./{name}"],
             cwd=tmp_path,
@@ -262,7 +289,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         # verify exits 0 on unknown keys too: anything it says is a finding.
         assert result.returncode == 0 and result.stderr.strip() == "", (name, result.stderr)
         checked += 1
-    assert checked == 3
+    assert checked == 4
 
 
 # -- Kubernetes ------------------------------------------------------------------------------
