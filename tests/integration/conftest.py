@@ -1,4 +1,5 @@
-"""The integration tests' shared fixture: an empty harness on the session's etcd."""
+"""The integration tests' shared fixtures: an empty harness on the session's etcd (``h``), or
+on either store (``h_store``: etcd, or an embedded store in the test's directory)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,23 @@ async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> Asy
     Files that need one already running define their own ``h``.
     """
     harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+@pytest.fixture(params=["etcd", "rocksdb"])
+async def h_store(
+    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """Like ``h``, once on etcd and once on an embedded store (one node at most there)."""
+    if request.param == "etcd":
+        server: EtcdProcess = request.getfixturevalue("etcd_server")
+        where = server.endpoint
+    else:
+        where = f"rocksdb:{tmp_path / 'store'}"
+    harness = Harness(where, etcd_prefix, tmp_path)
     try:
         yield harness
     finally:

@@ -19,6 +19,7 @@ from jobs.conftest import Target
 from integration.cluster_harness import SUCCEEDED, Harness, eventually, restart_node
 from schedd.dev import free_port
 from schedd.store import (
+    KV,
     EncryptionKey,
     EtcdKV,
     Keyring,
@@ -48,7 +49,7 @@ def keyring_file(path: Path, *keys: EncryptionKey) -> Path:
     return path
 
 
-async def stored(etcd: EtcdKV, prefix: bytes) -> dict[bytes, bytes]:
+async def stored(etcd: KV, prefix: bytes) -> dict[bytes, bytes]:
     kvs, _ = await etcd.range_all(prefix, prefix_end(prefix))
     return {kv.key: kv.value for kv in kvs}
 
@@ -57,10 +58,13 @@ def leaks(values: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
     return [(key, m) for key, value in values.items() for m in MARKERS if m in value]
 
 
-async def test_etcd_holds_no_secret_and_the_worker_gets_plaintext(
-    h: Harness, etcd: EtcdKV, tmp_path: Path
+async def test_the_store_holds_no_secret_and_the_worker_gets_plaintext(
+    h_store: Harness, tmp_path: Path
 ) -> None:
-    await h.start_node(keyring=Keyring.from_file(keyring_file(tmp_path / "keys", K1)))
+    """On etcd, and on the embedded store, where no file of the store's directory nor of the
+    node's data dir (its run history) may hold a secret either."""
+    h = h_store
+    node = await h.start_node(keyring=Keyring.from_file(keyring_file(tmp_path / "keys", K1)))
     target = Target()
     await target.start()
     got: dict[str, Any] = {}
@@ -107,9 +111,9 @@ async def test_etcd_holds_no_secret_and_the_worker_gets_plaintext(
         )
         await eventually(lambda: asyncio.sleep(0, target.seen), bool, what="the HTTP call")
         values = await eventually(  # the heartbeat's checkpoint reaches its ckpt/ key
-            lambda: stored(etcd, h.prefix),
+            lambda: stored(node.kv, h.prefix),
             lambda v: any(k.startswith(h.prefix + b"ckpt/") for k in v),
-            what="the checkpoint in etcd",
+            what="the checkpoint in the store",
         )
         dlq = [k for k in values if k.startswith(h.prefix + b"dlq/")]
         assert len(dlq) == 2 and len(values) > 10
@@ -123,9 +127,23 @@ async def test_etcd_holds_no_secret_and_the_worker_gets_plaintext(
         [live] = [r for r in await h.runs(ids[1]) if r.state != SUCCEEDED]
         assert CKPT.encode() in live.checkpoint
         assert (await client.get_job(ids[2])).http.headers["X-Token"] == HEADER
+        if h.endpoint.startswith("rocksdb:"):
+            await h.close()  # everything flushed and closed: every byte is in the files
+            assert _files_holding_secrets(tmp_path / "store", node.config.data_dir) == []
     finally:
         finish.set()
         await target.close()
+
+
+def _files_holding_secrets(*dirs: Path) -> list[tuple[str, bytes]]:
+    """Every (file, marker) where a file under ``dirs`` holds a marker's bytes."""
+    found = []
+    for d in dirs:
+        for path in d.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                found += [(str(path), m) for m in MARKERS if m in data]
+    return found
 
 
 async def test_a_value_that_does_not_decrypt_is_never_dispatched(
