@@ -276,6 +276,22 @@ def tls_files(
     help="how often history older than --history-ttl-s is deleted (0: only at start)",
 )
 @click.option(
+    "--compaction-interval-s",
+    envvar="SCHEDD_COMPACTION_INTERVAL_S",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="how often the store's history is compacted (0: never; etcd's own compaction then)",
+)
+@click.option(
+    "--compaction-keep-revisions",
+    envvar="SCHEDD_COMPACTION_KEEP_REVISIONS",
+    default=50_000,
+    show_default=True,
+    type=click.IntRange(min=100),
+    help="revisions of history compaction keeps (for watches and reads in flight)",
+)
+@click.option(
     "--peer-timeout-ms",
     envvar="SCHEDD_PEER_TIMEOUT_MS",
     default=2_000,
@@ -322,6 +338,8 @@ def node(
     max_dispatch_backlog: int,
     history_ttl_s: int,
     history_prune_interval_s: float,
+    compaction_interval_s: float,
+    compaction_keep_revisions: int,
     peer_timeout_ms: int,
     encryption_keys: str | None,
     tls_cert_file: str | None,
@@ -364,6 +382,8 @@ def node(
         max_dispatch_backlog=max_dispatch_backlog,
         history_ttl_ms=history_ttl_s * 1000,
         history_prune_interval_s=history_prune_interval_s,
+        compaction_interval_s=compaction_interval_s,
+        compaction_keep_revisions=compaction_keep_revisions,
         peer_timeout_ms=peer_timeout_ms,
         keyring=load_keyring(encryption_keys),
     )
