@@ -34,6 +34,7 @@ def test_public_faces_are_pinned() -> None:
     import schedd.client
     import schedd.obs
     import schedd.schedule
+    import schedd.testing
     import schedd.worker
 
     assert sorted(schedd.__all__) == sorted(
@@ -102,7 +103,15 @@ def test_public_faces_are_pinned() -> None:
         ]
     )
     assert sorted(schedd.obs.__all__) == sorted(["Health", "MetricsRecorder", "NoopRecorder"])
+    assert sorted(schedd.testing.__all__) == sorted(["Attempt", "Run", "SchedulerHarness"])
     assert {"parse_schedule", "plan_misfires", "Schedule"} <= set(schedd.schedule.__all__)
-    for module in (schedd, schedd.client, schedd.worker, schedd.obs, schedd.schedule):
+    for module in (
+        schedd,
+        schedd.client,
+        schedd.worker,
+        schedd.obs,
+        schedd.schedule,
+        schedd.testing,
+    ):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name} is exported but missing"

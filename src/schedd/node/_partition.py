@@ -89,6 +89,19 @@ class Partition:
 
     async def start(self) -> None:
         """Loads the window and the live executions, re-tokens inherited ones, starts loops."""
+        await self.load()
+        self._tasks = [
+            asyncio.create_task(self._claim_loop(), name=f"claim-{self.partition}"),
+            asyncio.create_task(self.driver.run(), name=f"wheel-{self.partition}"),
+        ]
+        for task in self._tasks:
+            task.add_done_callback(self._task_ended)
+
+    async def load(self) -> None:
+        """Loads the window and the live executions and re-tokens inherited ones, without
+        starting the loops: :meth:`start` does both; a caller that drives the partition step
+        by step (``schedd.testing``, on virtual time) calls :meth:`step` and the wheel
+        driver's ``step`` itself instead of the loops."""
         now = self.clock.now_ms()
         # Set first: creations notified while the load is in flight are kept, not dropped.
         self.window.end = now + self.config.window_ms
@@ -99,12 +112,6 @@ class Partition:
         end = self.window.end
         inherited = [r for r in runs if _to_adopt(r, (r.job_id, r.scheduled_ms) in waiting, end)]
         await self._adopt(inherited)
-        self._tasks = [
-            asyncio.create_task(self._claim_loop(), name=f"claim-{self.partition}"),
-            asyncio.create_task(self.driver.run(), name=f"wheel-{self.partition}"),
-        ]
-        for task in self._tasks:
-            task.add_done_callback(self._task_ended)
         log.info(
             "partition %d: loaded %d due entries, adopted %d live executions (epoch %d)",
             self.partition, len(entries), len(inherited), self.store.fence.epoch,
@@ -315,11 +322,7 @@ class Partition:
         """
         while True:
             try:
-                if self._reload_wanted:
-                    await self._reload_window()
-                if self._doubts.ripen(self.clock.now_ms()):
-                    await self._settle_doubts()
-                await self._claim_round()
+                wait_ms = await self.step()
             except FencedOut as exc:
                 self.fenced_out(exc)
                 return
@@ -329,8 +332,26 @@ class Partition:
                     extra=self.log_fields,
                 )  # fmt: skip
                 await self.clock.sleep(0.5)
+                continue
+            if wait_ms > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
 
-    async def _claim_round(self) -> None:
+    async def step(self) -> int:
+        """One round of the claim loop without its wait: reloads the window if asked,
+        re-reads ripe doubts, claims what is due within the horizon.
+
+        Returns:
+            0 when it claimed (the loop goes again at once), else how long (ms) the loop
+            sleeps now unless woken by new work. Raises what the store raises.
+        """
+        if self._reload_wanted:
+            await self._reload_window()
+        if self._doubts.ripen(self.clock.now_ms()):
+            await self._settle_doubts()
+        return await self._claim_round()
+
+    async def _claim_round(self) -> int:
         now = self.clock.now_ms()
         if now + self.config.window_ms // 2 >= self.window.end:
             await self._extend_window(now)
@@ -351,15 +372,14 @@ class Partition:
             freeze_survivors()  # they all live until their fire: see schedd._gc
             # A concurrent API change failed these: re-read them on the next round.
             self.doubt(failed)
-            return
+            return 0
         # Backlogged: the queue drains without waking this loop, so look again soon.
         wait_ms = BACKLOG_POLL_MS if backlogged else self.pacer.idle_wait_ms(self.window, now)
         later = self._doubts.next_later_ms()
         if later is not None:
             wait_ms = min(wait_ms, later - now)
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), max(0.005, wait_ms / 1000))
+        self._wake.clear()  # work that comes from here on wakes the wait
+        return max(1, wait_ms)
 
     # -- doubts: store calls that failed or whose outcome is unknown ----------------------------
 

@@ -72,11 +72,7 @@ class WheelDriver(Generic[T]):
     async def run(self) -> None:
         """Fire timers until ``stop``. Returns immediately if ``stop`` was already called."""
         while not self._stopping:
-            batch = self._wheel.advance(self._clock.now_ms())
-            if batch:
-                result = self._on_expired(batch)
-                if inspect.isawaitable(result):
-                    await result
+            if await self.step():
                 continue  # time moved while the callback ran: look again before sleeping
             nxt = self._wheel.next_expiry_ms()
             if nxt is None:
@@ -87,6 +83,19 @@ class WheelDriver(Generic[T]):
                 await self._sleep(nxt, min(delay_s, self._max_sleep_s))
             else:
                 await asyncio.sleep(0)  # let the loop breathe between back-to-back batches
+
+    async def step(self) -> bool:
+        """Advances the wheel to ``clock.now_ms()`` and hands what expired to ``on_expired``
+        (one call), without sleeping; returns whether anything expired. What :meth:`run`
+        does on each wake-up, for a caller that drives the wheel itself (a simulation on a
+        manual clock); use one or the other."""
+        batch = self._wheel.advance(self._clock.now_ms())
+        if not batch:
+            return False
+        result = self._on_expired(batch)
+        if inspect.isawaitable(result):
+            await result
+        return True
 
     async def _sleep(self, until_ms: int | None, seconds: float) -> None:
         """Sleep ``seconds`` on the clock, or until woken by ``add``/``stop``."""
