@@ -351,6 +351,7 @@ def node(
     """Run a scheduler node (TLS on its gRPC port with --tls-cert-file and --tls-key-file;
     mutual TLS with --tls-ca-file)."""
     from schedd.node import Node, NodeConfig
+    from schedd.store import StoreFailed
 
     if heartbeat_interval_ms >= lease_timeout_ms:
         raise click.BadParameter(
@@ -397,7 +398,14 @@ def node(
             loop.add_signal_handler(sig, stop.set)
         await n.start()
         _say("schedd node %s listening on %s", nid, n.address, node=nid)
-        await stop.wait()
+        stopping = asyncio.ensure_future(stop.wait())
+        failing = asyncio.ensure_future(n.failed.wait())
+        await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        failing.cancel()
+        if n.failed.is_set():  # nothing can be given back or released through the store
+            await n.stop(graceful=False)
+            raise StoreFailed(n.failure)
         await n.stop()
 
     try:

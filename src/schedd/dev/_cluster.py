@@ -146,7 +146,14 @@ async def _run(
             ),
             flush=True,
         )
-        await stop.wait()
+        failing = asyncio.ensure_future(node.failed.wait())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        failing.cancel()
+        if node.failed.is_set():
+            print(f"schedd dev: {node.failure}", file=sys.stderr, flush=True)
+            return 5
         if json_logs():
             log.info("stopping…")
         else:

@@ -153,6 +153,10 @@ class Node:
         self.health = Health()
         #: Seals and opens secret fields of everything this node stores (see store.Sealer).
         self.sealer = Sealer(config.keyring)
+        #: Set when the store can no longer be used by this process (:meth:`_store_failed`);
+        #: ``failure`` says why. Whoever runs the node stops it then (``schedd node`` exits).
+        self.failed = asyncio.Event()
+        self.failure = ""
 
     # -- start / stop ----------------------------------------------------------------------
 
@@ -223,7 +227,9 @@ class Node:
             await self.dashboard.start()
         await self._watch_tenants()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
-        self.upkeep = StoreUpkeep(self.kv, self.keys, cfg, self.clock, self.health, self.partitions)
+        self.upkeep = StoreUpkeep(
+            self.kv, self.keys, cfg, self.clock, self.health, self.partitions, self._store_failed
+        )
         self._run_supervised("coordinate", self._coordinate)
         self._run_supervised("notify watch", self.notify.run)
         self._run_supervised("store probe", self.upkeep.probe)
@@ -339,6 +345,15 @@ class Node:
 
         mirror.add_listener(changed)
         await mirror.start()
+
+    def _store_failed(self, reason: str) -> None:
+        """The store failed for good in this process (a write to its disk failed): nothing
+        more can be claimed, settled or read. Said once; :attr:`failed` tells the runner."""
+        if self.failed.is_set():
+            return
+        self.failure = reason
+        log.error("%s; the node stops", reason, extra={"node": self.config.node_id})
+        self.failed.set()
 
     def _store_request(self, op: str, seconds: float, ok: bool) -> None:
         self.recorder.store_request(op, seconds, ok)

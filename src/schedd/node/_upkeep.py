@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from schedd._clock import Clock
 from schedd._errors import SchedError, Unavailable
 from schedd.node._config import NodeConfig
 from schedd.node._live import OwnedPartitions
 from schedd.obs import Health
-from schedd.store import KV, Keys, prefix_end
+from schedd.store import KV, Keys, StoreFailed, prefix_end
 
 log = logging.getLogger(__name__)
 
 
 class StoreUpkeep:
     """Probes the store every 2 s (health follows it) and compacts its history.
+
+    A store this process can no longer use (:class:`StoreFailed`: a write to its disk failed)
+    is reported once to ``on_failed``, and the probe ends: the node is done with it.
 
     Compaction keeps ``compaction_keep_revisions`` revisions so watches and in-flight reads
     that start from a recent revision still work; one node does it (the owner of
@@ -30,8 +34,10 @@ class StoreUpkeep:
         clock: Clock,
         health: Health,
         partitions: OwnedPartitions,
+        on_failed: Callable[[str], None] | None = None,
     ) -> None:
         self.kv = kv
+        self.on_failed = on_failed
         self.keys = keys
         self.config = config
         self.clock = clock
@@ -44,6 +50,11 @@ class StoreUpkeep:
             try:
                 await self.kv.get(self.keys.meta_key())
                 ok = True
+            except StoreFailed as exc:
+                self.health.set_serving(False)
+                if self.on_failed is not None:
+                    self.on_failed(str(exc))
+                return
             except Unavailable:
                 ok = False
             if ok != self.health.serving:

@@ -62,7 +62,16 @@ from schedd.store._types import (
     WatchEvent,
     prefix_end,
 )
-from schedd.store.abc import KV, Compare, KeyValueView, Op, OpBuilder, TxnRejected, TxnResult
+from schedd.store.abc import (
+    KV,
+    Compare,
+    KeyValueView,
+    Op,
+    OpBuilder,
+    StoreFailed,
+    TxnRejected,
+    TxnResult,
+)
 from schedd.store.etcd import EtcdConfig, EtcdKV, connect_etcd
 from schedd.store.memory import FaultPlan, MemoryKV
 from schedd.store.rocksdb import RocksKV
@@ -103,6 +112,7 @@ __all__ = [
     "RocksKV",
     "Sealer",
     "StoreConfig",
+    "StoreFailed",
     "StoredJob",
     "TenantStore",
     "TxnRejected",

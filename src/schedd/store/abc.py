@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, TypeAlias
 
-from schedd._errors import SchedError
+from schedd._errors import SchedError, Unavailable
 from schedd.store._types import KeyValue, WatchBatch
 
 #: A compare made by :meth:`OpBuilder.cmp_create` or :meth:`OpBuilder.cmp_mod`: opaque.
@@ -67,6 +67,13 @@ class TxnRejected(SchedError):
     """
 
     grpc_code = "INTERNAL"
+
+
+class StoreFailed(Unavailable):
+    """The store can no longer be used by this process: a write or sync to its disk failed
+    (a full disk, an I/O error), so what is on disk is unknown to it. Every later call fails
+    the same way; a new process (a restart, once the cause is fixed) opens it afresh and
+    finds everything that was acknowledged."""
 
 
 class KeyValueView(Protocol):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,7 +49,7 @@ from schedd.store._tuple_ops import (
     plan,
 )
 from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
-from schedd.store.abc import KV, Compare, Op
+from schedd.store.abc import KV, Compare, Op, StoreFailed
 from schedd.store.rocksdb._layout import COMPACTED_KEY, LEASE_KEY, Change, log_key, u64
 from schedd.store.rocksdb._open import StoredMeta, open_store
 from schedd.store.rocksdb._reads import (
@@ -66,6 +67,8 @@ from schedd.store.rocksdb._writer import RevisionWriter, run_steps
 WATCH_CHUNK = 256
 #: How many of the newest revisions' changes are kept decoded (for watches and reads).
 RECENT = 4096
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,6 +103,7 @@ class RocksKV:
         self._leases: dict[int, _Lease] = {}
         self._changed = asyncio.Event()
         self._broken: str | None = None  # why calls are refused (closed, or a failed write)
+        self._failed = False  # refused because a write or sync failed (StoreFailed)
         self._closed = False
 
     @classmethod
@@ -111,6 +115,10 @@ class RocksKV:
                 store, or a newer schedd wrote it (nothing in it was changed).
         """
         db, meta = await asyncio.to_thread(open_store, Path(path))
+        if meta.created:
+            log.info("created a new, empty schedd store at %s", path)
+        else:
+            log.info("opened the schedd store at %s (revision %d)", path, meta.revision)
         kv = cls(db, Path(path), meta, clock or SystemClock())
         try:
             await kv._revoke_leases_left()
@@ -154,13 +162,17 @@ class RocksKV:
 
     def _check_open(self) -> None:
         if self._broken is not None:
-            raise Unavailable(self._broken)
+            raise (StoreFailed if self._failed else Unavailable)(self._broken)
 
     def _fail(self, what: str, exc: BaseException) -> Unavailable:
         """Refuses every later call: after a failed write or sync the state on disk is unknown."""
-        self._broken = f"the schedd store at {self._path} failed ({what}: {exc}); reopen it"
+        self._failed = True
+        self._broken = (
+            f"the schedd store at {self._path} failed ({what}: {exc}); this process can no "
+            "longer use it: restart it once the cause is fixed (nothing acknowledged is lost)"
+        )
         self._wake()
-        return Unavailable(self._broken)
+        return StoreFailed(self._broken)
 
     def _write(self, batch: WriteBatch) -> int:
         """Writes ``batch`` unsynced; returns its number for :meth:`_sync_to`."""

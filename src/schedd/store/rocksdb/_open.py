@@ -42,6 +42,7 @@ class StoredMeta:
     revision: int
     compacted: int
     next_lease: int
+    created: bool = False  # the directory was new or empty: this open made the store
 
 
 def open_store(path: Path) -> tuple[Rdict, StoredMeta]:
@@ -53,6 +54,11 @@ def open_store(path: Path) -> tuple[Rdict, StoredMeta]:
             schedd wrote it. In each case nothing in it was changed.
     """
     if path.is_dir() and any(path.iterdir()) and not (path / "CURRENT").exists():
+        if any(_rocksdb_file(p.name) for p in path.iterdir()):
+            raise FailedPrecondition(
+                f"the {WHAT} at {path} is damaged: RocksDB's files are there but its CURRENT "
+                "file is not; restore the directory from a backup (nothing was changed)"
+            )
         raise FailedPrecondition(
             f"{path} is not a {WHAT}: it holds other files and no RocksDB; use an empty or new dir"
         )
@@ -62,6 +68,11 @@ def open_store(path: Path) -> tuple[Rdict, StoredMeta]:
     except BaseException:
         db.close()
         raise
+
+
+def _rocksdb_file(name: str) -> bool:
+    """Whether a file name is one RocksDB writes in its directory."""
+    return name.startswith(("MANIFEST-", "OPTIONS-")) or name.endswith((".sst", ".log"))
 
 
 def _read_meta(db: Rdict, path: Path) -> StoredMeta:
@@ -95,7 +106,7 @@ def _number(db: Rdict, key: bytes, path: Path) -> int:
 
 
 def _initialise(db: Rdict) -> StoredMeta:
-    meta = StoredMeta(FIRST_REVISION, 0, FIRST_LEASE)
+    meta = StoredMeta(FIRST_REVISION, 0, FIRST_LEASE, created=True)
     batch = WriteBatch(raw_mode=True)
     batch.put(FORMAT_KEY, FORMAT_MARK)
     batch.put(REVISION_KEY, u64(meta.revision))
