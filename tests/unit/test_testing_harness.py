@@ -334,6 +334,21 @@ async def test_a_crash_adopts_claimed_fires_instead_of_giving_them_back() -> Non
         assert run.fencing_token > claimed.fencing_token  # re-tokened by the new epoch
 
 
+async def test_a_fire_run_late_after_downtime_gets_its_whole_timeout() -> None:
+    """A claimed fire taken over after a downtime longer than the job's timeout used to be
+    dispatched with a deadline that had passed: TIMED_OUT before it started, its one attempt
+    spent. Its timeout counts from when it is handed out."""
+    async with SchedulerHarness(start="2026-01-01T00:59:59Z") as h:
+        h.add_handler("ok", _ok)
+        job = await h.create_job(
+            "j", schedule="0 * * * *", handler="ok", timeout="1m", max_attempts=1
+        )
+        await h.advance(seconds=0.5)  # the 01:00 fire is claimed 1.5 s ahead
+        await h.down(minutes=10, graceful=False)
+        [run] = h.runs(job)
+        assert (run.state, run.attempt) == ("SUCCEEDED", 1), run
+
+
 async def test_two_days_of_a_per_minute_job_take_about_a_second() -> None:
     async with SchedulerHarness(start="2026-01-01T00:00:00Z") as h:
         h.add_handler("ok", _ok)

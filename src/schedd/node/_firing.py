@@ -325,6 +325,11 @@ class Firer:
             if msg is None or msg.fencing_token != ex.fencing_token or ex.throttled_ms:
                 cached = partition.jobs.get(job_id)
                 msg = dispatch_message(ex, cached.job if cached else None, now, self.config)
+            elif now > ex.due_ms and msg.deadline_ms:
+                # Built at the claim for the due instant and fired late (a backlog, a node
+                # back from downtime, a takeover): the attempt still gets its whole timeout,
+                # rather than a deadline that passed before it could start.
+                msg.deadline_ms += now - ex.due_ms
             live.message = None
             instant = live.instant()
             msg.due_ms = instant
