@@ -1,4 +1,5 @@
-"""Real schedd parts for the e2e benchmark: etcd, one node process, one worker process.
+"""Real schedd parts for the e2e benchmark: a store (etcd, or the node's embedded RocksDB), one
+node process, one worker process.
 
 Every child is started in its own session and registered with :class:`Children`, which stops
 them (SIGTERM, then SIGKILL after a bound) at the end of each workload and again at exit.
@@ -147,10 +148,20 @@ class EtcdProbe:
 
 
 class Cluster:
-    """A fresh etcd, one node process and one worker process under ``root``."""
+    """A fresh store, one node process and one worker process under ``root``.
+
+    ``store``: ``etcd`` (an etcd process of its own) or ``rocksdb`` (the node's embedded
+    store, in ``root/store``; :attr:`etcd` is None then).
+    """
 
     def __init__(
-        self, root: Path, children: Children, capacity: int, jitter_ms: int = 0, prefetch: int = 0
+        self,
+        root: Path,
+        children: Children,
+        capacity: int,
+        jitter_ms: int = 0,
+        prefetch: int = 0,
+        store: str = "etcd",
     ) -> None:
         self.root = root
         self.jitter_ms = jitter_ms
@@ -159,7 +170,7 @@ class Cluster:
         self.prefetch = prefetch
         self.record = root / "starts.txt"
         self.port = free_port()
-        self.etcd = EtcdProcess(root / "etcd")
+        self.etcd = EtcdProcess(root / "etcd") if store == "etcd" else None
         self.node: subprocess.Popen[bytes] | None = None
         self.worker: subprocess.Popen[bytes] | None = None
 
@@ -169,10 +180,14 @@ class Cluster:
 
     def start(self, timeout_s: float = 60.0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.children.etcds.append(self.etcd)
-        self.etcd.start()
+        if self.etcd is not None:
+            self.children.etcds.append(self.etcd)
+            self.etcd.start()
+            store = f"etcd://{self.etcd.endpoint}"
+        else:
+            store = f"rocksdb:{self.root / 'store'}"
         self.node = self.children.spawn(
-            [*SCHEDD, "--log-level", LOG_LEVEL, "node", "--etcd", self.etcd.endpoint,
+            [*SCHEDD, "--log-level", LOG_LEVEL, "node", "--store", store,
              "--listen", self.address, "--node-id", NODE_ID, "--data-dir", str(self.root / "node"),
              "--partitions", str(PARTITIONS), *NODE_ARGS],
             self.root / "node.log",
@@ -213,7 +228,8 @@ class Cluster:
     def pids(self) -> dict[str, int]:
         """The process id of each part that runs: ``node``, ``worker`` and ``etcd``."""
         out = {}
-        for name, proc in (("node", self.node), ("worker", self.worker), ("etcd", self.etcd.proc)):
+        etcd = self.etcd.proc if self.etcd is not None else None
+        for name, proc in (("node", self.node), ("worker", self.worker), ("etcd", etcd)):
             if proc is not None and proc.poll() is None:
                 out[name] = proc.pid
         return out
@@ -237,7 +253,8 @@ class Cluster:
         for proc in (self.worker, self.node):
             if proc is not None:
                 self.children.stop(proc)
-        self.etcd.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
 
 
 def cpu_cost(c0: dict[str, float], c1: dict[str, float], fires: int) -> dict[str, float]:

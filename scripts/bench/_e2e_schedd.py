@@ -85,6 +85,11 @@ def _poll_zero(probe: Any, read: Any, timeout_s: float) -> float | None:
     return None
 
 
+def _metrics(cluster: Cluster) -> dict[str, float]:
+    """etcd's counters, or nothing on the embedded store (which has no outside view)."""
+    return etcd_metrics(cluster.etcd.endpoint) if cluster.etcd is not None else {}
+
+
 def run_once(
     w: Workload,
     root: Path,
@@ -93,19 +98,28 @@ def run_once(
     capacity: int,
     margin_s: float,
     prefetch: int = 0,
+    store: str = "etcd",
 ) -> Result:
-    """One workload (burst, spread or sustained) on a fresh cluster."""
-    res = Result("schedd", w.name, w.n)
-    cluster = Cluster(root, children, capacity, jitter_ms=w.jitter_ms, prefetch=prefetch)
+    """One workload (burst, spread or sustained) on a fresh cluster; ``store`` etcd (system
+    ``schedd``) or rocksdb (``schedd-rocksdb``: the node's embedded store, whose claims and
+    run keys this process cannot see, so those counts stay unset)."""
+    res = Result("schedd" if store == "etcd" else f"schedd-{store}", w.name, w.n)
+    cluster = Cluster(
+        root, children, capacity, jitter_ms=w.jitter_ms, prefetch=prefetch, store=store
+    )
     probe = None
     try:
         cluster.start()
-        probe = EtcdProbe(cluster.etcd.endpoint)
+        if cluster.etcd is not None:
+            probe = EtcdProbe(cluster.etcd.endpoint)
         with Client(cluster.address, timeout_s=120) as client:
-            m = etcd_metrics(cluster.etcd.endpoint)
-            time.sleep(2.0)
-            bg = (etcd_metrics(cluster.etcd.endpoint)["revision"] - m["revision"]) / 2.0
-            res.extra["etcd_bg_rev_per_s"] = round(bg, 1)
+            if cluster.etcd is not None:
+                m = etcd_metrics(cluster.etcd.endpoint)
+                time.sleep(2.0)
+                bg = (etcd_metrics(cluster.etcd.endpoint)["revision"] - m["revision"]) / 2.0
+                res.extra["etcd_bg_rev_per_s"] = round(bg, 1)
+            else:
+                time.sleep(2.0)
             if w.kind == "sustained":
                 _sustained(w, client, cluster, probe, res, est)
             else:
@@ -125,7 +139,7 @@ def _one_shot(
     w: Workload,
     client: Client,
     cluster: Cluster,
-    probe: EtcdProbe,
+    probe: EtcdProbe | None,
     res: Result,
     est: Estimates,
     margin_s: float,
@@ -143,7 +157,7 @@ def _one_shot(
     rss1 = cluster.rss()
     for name in ("node", "etcd"):  # jobs stored, not due in the window
         res.extra[f"{name}_kib_per_stored_job"] = _kib_per(rss0, rss1, name, far)
-    before = etcd_metrics(cluster.etcd.endpoint)
+    before = _metrics(cluster)
     took = _create(client, schedules, w.jitter_ms)
     est.create_per_s = w.n / took
     res.extra["create_per_s"] = round(w.n / took, 0)
@@ -153,10 +167,10 @@ def _one_shot(
         f"  schedd {w.name}: created {w.n} jobs in {took:.1f}s;"
         f" fire in {(t_ms / 1000 - time.time()):.1f}s"
     )
-    m0 = etcd_metrics(cluster.etcd.endpoint)
+    m0 = _metrics(cluster)
     m0["_wall"] = time.time()
     c0 = cluster.cpu()
-    early = probe.runs_count()
+    early = probe.runs_count() if probe is not None else 0
     if early:
         # Claims began while jobs were still being created (a big burst is claimed long
         # ahead): count from before creation, less creation's own cost as measured above.
@@ -164,16 +178,19 @@ def _one_shot(
         for key, cost in per_job.items():
             m0[key] = before[key] + cost * w.n
     _sleep_until(t_ms / 1000.0 - 0.25)
-    res.extra["claimed_before_fire"] = probe.runs_count()
+    if probe is not None:
+        res.extra["claimed_before_fire"] = probe.runs_count()
     rss2 = cluster.rss()  # every job claimed into the node's wheel and held by the worker
     res.extra["node_kib_per_claimed_fire"] = _kib_per(rss1, rss2, "node", w.n)
     res.extra["worker_kib_per_held_fire"] = _kib_per(rss1, rss2, "worker", w.n)
     log = StartLog(cluster.record)
     deadline = time.monotonic() + (last_ms / 1000.0 - time.time()) + 60 + w.n / 2000
     _wait_starts(log, w.n, deadline)
-    durable = _poll_zero(probe, probe.runs_count, max(30.0, w.n / 1000))
+    durable = (
+        _poll_zero(probe, probe.runs_count, max(30.0, w.n / 1000)) if probe is not None else None
+    )
     end_wall = time.time()
-    m1 = etcd_metrics(cluster.etcd.endpoint)
+    m1 = _metrics(cluster)
     c1 = cluster.cpu()
     recs = log.records()
     sched = {eid: ms for eid, ms, _ in recs}
@@ -186,6 +203,8 @@ def _one_shot(
     res.lost = w.n - len(first)
     res.extra["dup"] = len(recs) - len(first)
     res.extra.update(cpu_cost(c0, c1, len(first)))
+    if probe is None:
+        return
     _etcd_cost(res, m0, m1, len(first), res.extra["etcd_bg_rev_per_s"], end_wall - m0["_wall"])
     if durable is not None and res.lost == 0:
         # from the last due instant until no execution is left in etcd
@@ -202,11 +221,14 @@ def _kib_per(before: dict[str, float], after: dict[str, float], name: str, n: in
 
 
 def _creation_cost(client: Client, cluster: Cluster, n: int = CHUNK) -> dict[str, float]:
-    """etcd's counters per created job, from ``n`` jobs due in a year (never claimed)."""
-    m0 = etcd_metrics(cluster.etcd.endpoint)
+    """etcd's counters per created job, from ``n`` jobs due in a year (never claimed); none
+    on the embedded store (the jobs are created all the same: the node holds as many)."""
+    m0 = _metrics(cluster)
     far = (math.floor(time.time()) + 365 * 86400) * 1000.0
     _create(client, [_at(far + i * 1000) for i in range(n)])
-    m1 = etcd_metrics(cluster.etcd.endpoint)
+    m1 = _metrics(cluster)
+    if not m0:
+        return {}
     return {k: (m1[k] - m0[k]) / n for k in ("revision", "put", "delete", "txn")}
 
 
@@ -230,7 +252,12 @@ def _etcd_cost(
 
 
 def _sustained(
-    w: Workload, client: Client, cluster: Cluster, probe: EtcdProbe, res: Result, est: Estimates
+    w: Workload,
+    client: Client,
+    cluster: Cluster,
+    probe: EtcdProbe | None,
+    res: Result,
+    est: Estimates,
 ) -> None:
     took = _create(client, ["* * * * * *"] * w.n, w.jitter_ms)
     res.extra["create_per_s"] = round(w.n / took, 0)
@@ -241,11 +268,11 @@ def _sustained(
         f"{w.duration_s}s from T+{start_ms / 1000 - time.time():.1f}s"
     )
     _sleep_until(start_ms / 1000.0)
-    m0 = etcd_metrics(cluster.etcd.endpoint)
+    m0 = _metrics(cluster)
     m0["_wall"] = time.time()
     c0 = cluster.cpu()
     _sleep_until(end_ms / 1000.0)
-    m1 = etcd_metrics(cluster.etcd.endpoint)
+    m1 = _metrics(cluster)
     c1 = cluster.cpu()
     log = StartLog(cluster.record)
     in_window = 0
@@ -258,7 +285,9 @@ def _sustained(
             break
         time.sleep(0.5)
     wait_t0 = time.time()
-    durable = _poll_zero(probe, lambda: probe.runs_scheduled_before(end_ms), 30.0)
+    durable = None
+    if probe is not None:
+        durable = _poll_zero(probe, lambda: probe.runs_scheduled_before(end_ms), 30.0)
     recs = [r for r in log.records() if start_ms <= _scheduled(r[0]) < end_ms]
     first: dict[str, tuple[int, int]] = {}
     for eid, ms, ns in recs:
@@ -277,6 +306,8 @@ def _sustained(
     started = sum(1 for _e, _ms, ns in log.records() if c0["_epoch_ns"] <= ns < c1["_epoch_ns"])
     res.extra["started_in_window"] = started
     res.extra.update(cpu_cost(c0, c1, started))
+    if probe is None:
+        return
     _etcd_cost(res, m0, m1, w.expected, res.extra["etcd_bg_rev_per_s"], w.duration_s)
     if durable is not None and res.lost == 0:
         res.durable_s = round(wait_t0 + durable - end_ms / 1000.0, 2)
