@@ -295,6 +295,22 @@ class Firer:
                     self._cancel_dispatch(old, "replaced by a newer fire")
             send.append(live)
 
+    def _message_now(self, partition: Partition, live: Live, now: int) -> worker_pb2.Dispatch:
+        """The Dispatch to hand ``live`` out with at ``now``: the one built at its claim, or a
+        new one when that was built for an earlier instant or token."""
+        ex, msg = live.ex, live.message
+        # A throttled one's message was built for an earlier instant: its deadline counts
+        # from now.
+        if msg is None or msg.fencing_token != ex.fencing_token or ex.throttled_ms:
+            cached = partition.jobs.get(ex.job_id)
+            return dispatch_message(ex, cached.job if cached else None, now, self.config)
+        if now > ex.due_ms and msg.deadline_ms:
+            # Built at the claim for the due instant and fired late (a backlog, a node back
+            # from downtime, a takeover): the attempt still gets its whole timeout, rather
+            # than a deadline that passed before it could start.
+            msg.deadline_ms += now - ex.due_ms
+        return msg
+
     def dispatch(self, partition: Partition, lives: Sequence[Live], now: int) -> None:
         """Hands these out now (or holds those before their instant on a worker)."""
         if not lives or self.dispatcher is None:
@@ -319,17 +335,7 @@ class Firer:
                 add(job_id, ex.id)
             else:
                 running[job_id] = ex.id
-            msg = live.message
-            # A throttled one's message was built for an earlier instant: its deadline counts
-            # from now.
-            if msg is None or msg.fencing_token != ex.fencing_token or ex.throttled_ms:
-                cached = partition.jobs.get(job_id)
-                msg = dispatch_message(ex, cached.job if cached else None, now, self.config)
-            elif now > ex.due_ms and msg.deadline_ms:
-                # Built at the claim for the due instant and fired late (a backlog, a node
-                # back from downtime, a takeover): the attempt still gets its whole timeout,
-                # rather than a deadline that passed before it could start.
-                msg.deadline_ms += now - ex.due_ms
+            msg = self._message_now(partition, live, now)
             live.message = None
             instant = live.instant()
             msg.due_ms = instant

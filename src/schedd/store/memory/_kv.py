@@ -24,13 +24,14 @@ import bisect
 import itertools
 import random
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedDict
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
+from schedd.store._leases import ChangeSignal, LeaseTable
 from schedd.store._tuple_ops import (
     TupleOps,
     TupleTxnResult,
@@ -69,13 +70,6 @@ class FaultPlan:
         return chance > 0 and self.rng.random() < chance
 
 
-@dataclass
-class _Lease:
-    ttl_s: int
-    deadline: float
-    keys: set[bytes] = field(default_factory=set)
-
-
 class MemoryKV:
     """The :class:`~schedd.store.abc.KV` contract in memory (see the module docstring).
 
@@ -96,9 +90,10 @@ class MemoryKV:
         self._live: SortedDict = SortedDict()  # key -> KeyValue, as of now
         self._history: SortedDict = SortedDict()  # key -> [(revision, KeyValue | None)]
         self._events: list[tuple[int, list[WatchEvent]]] = []  # per revision, since compaction
-        self._leases: dict[int, _Lease] = {}
+        self._lease_table = LeaseTable(self._clock)
+        self._leases = self._lease_table.by_id  # read by the op checks and writers
         self._lease_ids = itertools.count(0x1000)
-        self._changed = asyncio.Event()
+        self._signal = ChangeSignal(self._lease_table)
         self._closed = False
 
     @property
@@ -273,17 +268,13 @@ class MemoryKV:
     async def grant(self, ttl_s: int) -> int:
         await self._enter("lease grant")
         lease_id = next(self._lease_ids)
-        self._leases[lease_id] = _Lease(ttl_s, self._clock.monotonic() + ttl_s)
+        self._lease_table.grant(lease_id, ttl_s)
         self._wake()  # watchers re-arm their expiry timers
         return lease_id
 
     async def keepalive_once(self, lease_id: int) -> int:
         await self._enter("lease keep-alive")
-        lease = self._leases.get(lease_id)
-        if lease is None:
-            return 0
-        lease.deadline = self._clock.monotonic() + lease.ttl_s
-        return lease.ttl_s
+        return self._lease_table.keepalive(lease_id)
 
     async def revoke(self, lease_id: int) -> None:
         await self._enter("lease revoke")
@@ -331,22 +322,10 @@ class MemoryKV:
                         raise Unavailable("injected fault: watch stream broke")
                     yield WatchBatch(rev, mine)
             if not pending:
-                await self._wait_for_change()
-
-    async def _wait_for_change(self) -> None:
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._changed.wait())]
-        if self._leases:
-            first = min(lease.deadline for lease in self._leases.values())
-            waits.append(asyncio.ensure_future(self._clock.sleep(first - self._clock.monotonic())))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+                await self._signal.wait()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._signal.wake()
 
 
 class _Writer:

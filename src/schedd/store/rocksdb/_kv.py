@@ -32,7 +32,7 @@ import asyncio
 import bisect
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
+from schedd.store._leases import ChangeSignal, LeaseTable
 from schedd.store._tuple_ops import (
     TupleOps,
     TupleTxnResult,
@@ -71,12 +72,6 @@ RECENT = 4096
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Lease:
-    ttl_s: int
-    deadline: float
-
-
 class RocksKV:
     """The :class:`~schedd.store.abc.KV` contract on RocksDB (see the module docstring).
 
@@ -100,8 +95,9 @@ class RocksKV:
         self._syncs = 0
         self._syncing: asyncio.Future[None] | None = None
         self._recent: Entries = []  # the newest revisions' changes, oldest first
-        self._leases: dict[int, _Lease] = {}
-        self._changed = asyncio.Event()
+        self._lease_table = LeaseTable(self._clock)
+        self._leases = self._lease_table.by_id  # read by the op checks and writers
+        self._signal = ChangeSignal(self._lease_table)
         self._broken: str | None = None  # why calls are refused (closed, or a failed write)
         self._failed = False  # refused because a write or sync failed (StoreFailed)
         self._closed = False
@@ -400,18 +396,14 @@ class RocksKV:
         batch = WriteBatch(raw_mode=True)
         batch.put(LEASE_KEY, u64(self._next_lease))  # ids are never reused across restarts
         written = self._write(batch)
-        self._leases[lease_id] = _Lease(ttl_s, self._clock.monotonic() + ttl_s)
+        self._lease_table.grant(lease_id, ttl_s)
         self._wake()  # watchers re-arm their expiry timers
         await self._sync_to(written)
         return lease_id
 
     async def keepalive_once(self, lease_id: int) -> int:
         await self._enter()
-        lease = self._leases.get(lease_id)
-        if lease is None:
-            return 0
-        lease.deadline = self._clock.monotonic() + lease.ttl_s
-        return lease.ttl_s
+        return self._lease_table.keepalive(lease_id)
 
     async def revoke(self, lease_id: int) -> None:
         await self._enter()
@@ -439,22 +431,10 @@ class RocksKV:
                     yield WatchBatch(rev, mine)
             if not pending:
                 next_rev = max(next_rev, self._durable + 1)  # past revisions without entries
-                await self._wait_for_change()
-
-    async def _wait_for_change(self) -> None:
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._changed.wait())]
-        if self._leases:
-            first = min(lease.deadline for lease in self._leases.values())
-            waits.append(asyncio.ensure_future(self._clock.sleep(first - self._clock.monotonic())))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+                await self._signal.wait()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._signal.wake()
 
 
 def _events(revision: int, changes: list[Change], start: bytes, end: bytes) -> list[WatchEvent]:
