@@ -1,4 +1,5 @@
-"""schedctl as a person uses it: a real process against a real node, worker and etcd."""
+"""schedctl as a person uses it: a real process against a real node and worker, on etcd and
+on the embedded store."""
 
 from __future__ import annotations
 
@@ -13,17 +14,25 @@ from typing import Any
 import pytest
 
 from integration.cluster_harness import Harness, eventually
-from schedd.dev import EtcdProcess, free_port
-from schedd.store import EtcdKV, prefix_end
+from schedd.dev import free_port
+from schedd.store import prefix_end
 
 pytestmark = pytest.mark.timeout(120)
 
 SCHEDCTL = str(Path(sys.executable).parent / "schedctl")
 
 
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
+@pytest.fixture(params=["etcd", "rocksdb"])
+async def h(
+    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """A node and a worker, on etcd and on the embedded store: what a user does with
+    schedctl works the same on both."""
+    if request.param == "etcd":
+        where = request.getfixturevalue("etcd_server").endpoint
+    else:
+        where = f"rocksdb:{tmp_path / 'store'}"
+    harness = Harness(where, etcd_prefix, tmp_path)
     await harness.start_node()
     await harness.start_worker()
     try:
@@ -89,7 +98,8 @@ async def test_create_then_runs_show_up_durably(h: Harness) -> None:
     one_line_error(err)
 
 
-async def test_errors_have_exit_codes_and_write_nothing(h: Harness, etcd: EtcdKV) -> None:
+async def test_errors_have_exit_codes_and_write_nothing(h: Harness) -> None:
+    store = h.nodes[0].kv
     code, _, err = await ctl(
         h, "job", "create", "x", "--schedule", "61 * * * *", "--handler", "echo"
     )
@@ -115,7 +125,7 @@ async def test_errors_have_exit_codes_and_write_nothing(h: Harness, etcd: EtcdKV
     assert code == 2
     one_line_error(err)
     start = h.prefix + b"jobs/"
-    assert await etcd.count(start, prefix_end(start)) == 0
+    assert await store.count(start, prefix_end(start)) == 0
     args = (
         "job",
         "create",
