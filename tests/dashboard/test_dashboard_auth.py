@@ -19,7 +19,7 @@ from integration.cluster_harness import Harness
 from schedd.auth import TokenStore
 from schedd.client import AsyncClient
 from schedd.dev import EtcdProcess
-from schedd.store import EtcdKV, Keys
+from schedd.store import Keys, open_store
 from schedd.v1 import auth_pb2
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,7 +36,7 @@ async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> Asy
 
 
 async def _admin_secret(h: Harness) -> str:
-    kv = await EtcdKV.connect(h.nodes[0].config.etcd)
+    kv = await open_store(h.nodes[0].config.store)
     try:
         _, secret = await TokenStore(kv, Keys(h.prefix)).create(
             auth_pb2.ApiToken(role="admin"), 0, int(time.time() * 1000), "bootstrap"

@@ -26,7 +26,7 @@ from schedd.auth import TokenStore
 from schedd.client import AsyncClient
 from schedd.dev import EtcdProcess
 from schedd.model import execution_id
-from schedd.store import EtcdKV, Keys
+from schedd.store import Keys, open_store, store_address
 from schedd.store._records import encode_execution
 from schedd.v1 import auth_pb2, execution_pb2, peer_pb2_grpc, scheduler_pb2
 
@@ -58,7 +58,7 @@ class Tenants:
 async def t(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Tenants]:
     h = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
     await h.start_node(auth=True)
-    kv = await EtcdKV.connect(h.nodes[0].config.etcd)
+    kv = await open_store(h.nodes[0].config.store)
     try:
         _, secret = await TokenStore(kv, Keys(etcd_prefix)).create(
             auth_pb2.ApiToken(role="admin", description="test bootstrap"), 0,
@@ -258,9 +258,9 @@ async def test_bootstrap_then_schedctl_tokens_audit_and_clear_errors(t: Tenants)
     bindir = Path(sys.executable).parent
     schedd, schedctl = str(bindir / "schedd"), str(bindir / "schedctl")
     node = h.nodes[0]
-    etcd = ",".join(node.config.etcd.endpoints)
+    etcd = store_address(node.config.store)
     code, out, err = await _run(
-        schedd, "token", "create", "--etcd", etcd, "--prefix", h.prefix.decode(),
+        schedd, "token", "create", "--store", etcd, "--prefix", h.prefix.decode(),
         "--role", "admin", "--description", "ops",
     )  # fmt: skip
     assert code == 0, err
