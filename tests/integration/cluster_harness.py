@@ -10,7 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from schedd.client import AsyncClient
+from schedd.dev import EtcdProcess
 from schedd.node import Node, NodeConfig
 from schedd.store import parse_store
 from schedd.v1 import execution_pb2
@@ -159,3 +162,14 @@ async def restart_node(h: Harness, index: int, *, down_s: float = 0.0, **overrid
     await node.start()
     h.nodes[index] = node
     return node
+
+
+def harness_on(
+    request: pytest.FixtureRequest, store: str, prefix: bytes, tmp_path: Path
+) -> Harness:
+    """A harness on ``store``: ``etcd`` (the session's etcd) or ``rocksdb`` (an embedded
+    store in ``tmp_path``, for one node)."""
+    if store == "etcd":
+        server: EtcdProcess = request.getfixturevalue("etcd_server")
+        return Harness(server.endpoint, prefix, tmp_path)
+    return Harness(f"rocksdb:{tmp_path / 'store'}", prefix, tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.cluster_harness import Harness
+from integration.cluster_harness import Harness, harness_on
 from schedd.dev import EtcdProcess
 
 
@@ -30,12 +30,7 @@ async def h_store(
     request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
 ) -> AsyncIterator[Harness]:
     """Like ``h``, once on etcd and once on an embedded store (one node at most there)."""
-    if request.param == "etcd":
-        server: EtcdProcess = request.getfixturevalue("etcd_server")
-        where = server.endpoint
-    else:
-        where = f"rocksdb:{tmp_path / 'store'}"
-    harness = Harness(where, etcd_prefix, tmp_path)
+    harness = harness_on(request, str(request.param), etcd_prefix, tmp_path)
     try:
         yield harness
     finally:

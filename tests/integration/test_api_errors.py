@@ -11,10 +11,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from integration.cluster_harness import Harness, eventually, node_config
+from integration.cluster_harness import Harness, eventually, harness_on, node_config
 from schedd.dev import EtcdProcess
 from schedd.node import Node
-from schedd.store import EtcdKV, prefix_end
+from schedd.store import prefix_end
 from schedd.v1 import job_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 pytestmark = pytest.mark.timeout(90)
@@ -23,9 +23,12 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 
 
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
+@pytest.fixture(params=["etcd", "rocksdb"])
+async def h(
+    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """A node on each store: bad input is refused the same way, and changes nothing."""
+    harness = harness_on(request, request.param, etcd_prefix, tmp_path)
     await harness.start_node()
     try:
         yield harness
@@ -41,7 +44,8 @@ def good_job(**kw: Any) -> job_pb2.Job:
     return job
 
 
-async def test_every_rpc_rejects_bad_input(h: Harness, etcd: EtcdKV) -> None:
+async def test_every_rpc_rejects_bad_input(h: Harness) -> None:
+    store = h.nodes[0].kv
     async with grpc.aio.insecure_channel(h.address()) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         existing = (await stub.CreateJob(scheduler_pb2.CreateJobRequest(job=good_job()))).job
@@ -50,8 +54,8 @@ async def test_every_rpc_rejects_bad_input(h: Harness, etcd: EtcdKV) -> None:
         audit = h.prefix + b"audit/"
 
         async def state() -> int:
-            everything = await etcd.count(h.prefix, prefix_end(h.prefix))
-            return everything - await etcd.count(audit, prefix_end(audit))
+            everything = await store.count(h.prefix, prefix_end(h.prefix))
+            return everything - await store.count(audit, prefix_end(audit))
 
         before = await state()
         bad_schedule = good_job()

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from integration.cluster_harness import Harness, eventually
+import pytest
+
+from integration.cluster_harness import Harness, eventually, harness_on
 from schedd.client import build_job
 from schedd.node._settling import FAILED_OUTPUT_KEPT
 from schedd.v1 import execution_pb2, worker_pb2
@@ -39,6 +43,19 @@ class Hinting:
                 worker_pb2.OUTCOME_FAILED, output=big, error="busy", retry_after_ms=3_600_000
             )
         return Outcome(worker_pb2.OUTCOME_SUCCEEDED, output=b'"ok"')
+
+
+@pytest.fixture
+async def h(
+    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """On the embedded store: what this file tests does not depend on the store, and a node
+    on it starts faster than on etcd."""
+    harness = harness_on(request, "rocksdb", etcd_prefix, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.close()
 
 
 async def test_retry_waits_for_the_hint_but_no_longer_than_max_backoff(h: Harness) -> None:

@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from integration.cluster_harness import Harness, eventually
+from integration.cluster_harness import Harness, eventually, harness_on
 from integration.test_schedctl_e2e import SCHEDCTL, ctl
-from schedd.dev import EtcdProcess
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-async def h(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(etcd_server.endpoint, etcd_prefix, tmp_path)
+@pytest.fixture(params=["etcd", "rocksdb"])
+async def h(
+    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """A node and a worker on each store: apply is a user-facing path."""
+    harness = harness_on(request, request.param, etcd_prefix, tmp_path)
     await harness.start_node()
     await harness.start_worker()
     try:
