@@ -263,7 +263,9 @@ class PartitionStore:
             store refused on their own with its reason.
 
         Raises:
-            FencedOut: the fence no longer holds; nothing of that chunk was written.
+            FencedOut: the fence no longer holds; the transaction that found it wrote nothing
+                (earlier chunks, or earlier halves of a split one, were written under the
+                fence while it held).
         """
         applied = Applied([], [], {})
         for i in range(0, len(items), self.max_items):
