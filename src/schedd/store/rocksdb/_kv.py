@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -347,23 +348,14 @@ class RocksKV:
         # From here to _apply nothing awaits: the txn sees and changes one state, alone.
         check_branch(success)
         check_branch(failure)
-        ok, steps = plan(compares, success, failure, self._holds)
-        check_leases(steps, self._leases)
         writer = RevisionWriter(self._db, self._applied + 1)
+        ok, steps = plan(compares, success, failure, functools.partial(_holds, writer))
+        check_leases(steps, self._leases)
         responses = run_steps(steps, writer)
         self._apply(writer)
         revision = self._applied  # what this txn saw (or wrote): acknowledge it once synced
         await self._sync_to(self._written)
         return TupleTxnResult(ok, revision, responses)
-
-    def _holds(self, compare: Any) -> bool:
-        """Whether a compare holds in the applied state (what the txn will change)."""
-        target, key, expected = compare
-        kv = get_kv(self._db, key, keys_only=True)
-        if kv is None:
-            return bool(expected == 0)
-        actual = kv.create_revision if target == "create" else kv.mod_revision
-        return bool(actual == expected)
 
     async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
         return (await self.txn((), (self.ops.put(key, value, lease),))).revision
@@ -460,3 +452,14 @@ if TYPE_CHECKING:  # the type checker proves the backend meets the contract
 
     def _contract(kv: RocksKV) -> KV:
         return kv
+
+
+def _holds(writer: RevisionWriter, compare: Any) -> bool:
+    """Whether a compare holds in the applied state (the txn's compares all run before any
+    of its writes, so the writer's view is that state; the key read stays for the writes)."""
+    target, key, expected = compare
+    kv = writer.current(key)
+    if kv is None:
+        return bool(expected == 0)
+    actual = kv.create_revision if target == "create" else kv.mod_revision
+    return bool(actual == expected)

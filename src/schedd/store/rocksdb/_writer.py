@@ -36,6 +36,9 @@ class RevisionWriter:
         self._db = db
         self._before: dict[bytes, KeyValue | None] = {}  # per key written: before the txn
         self._after: dict[bytes, KeyValue | None] = {}  # per key written: after it
+        # Keys read from the applied state during this txn (its compares, then its writes
+        # read them again): one RocksDB get per key and txn.
+        self._read: dict[bytes, KeyValue | None] = {}
         # Every change in op order. A key is written once per txn, except where etcd's
         # duplicate check lets it through (a put in one nested txn, a delete range of a
         # later sibling): then the watch sees both, as on etcd.
@@ -46,24 +49,28 @@ class RevisionWriter:
         return bool(self._changes)
 
     def current(self, key: bytes) -> KeyValue | None:
+        """The key as this txn sees it: its own write, else the applied state."""
         if key in self._after:
             return self._after[key]
-        return get_kv(self._db, key)
+        try:
+            return self._read[key]
+        except KeyError:
+            kv = self._read[key] = get_kv(self._db, key)
+            return kv
 
     def put(self, key: bytes, value: bytes, lease: int) -> None:
         prev, rev = self.current(key), self.revision
         if prev is None:
-            self._record(key, KeyValue(key, value, rev, rev, 1, lease))
+            self._record(key, KeyValue(key, value, rev, rev, 1, lease), prev)
         else:
-            self._record(
-                key, KeyValue(key, value, prev.create_revision, rev, prev.version + 1, lease)
-            )
+            after = KeyValue(key, value, prev.create_revision, rev, prev.version + 1, lease)
+            self._record(key, after, prev)
 
     def delete(self, start: bytes, end: bytes) -> int:
         """Deletes ``start`` (``end == b""``) or ``[start, end)``; returns how many keys."""
-        doomed = [kv.key for kv in self.range(start, end)]
-        for key in doomed:
-            self._record(key, None)
+        doomed = self.range(start, end)
+        for kv in doomed:
+            self._record(kv.key, None, kv)
         return len(doomed)
 
     def range(self, start: bytes, end: bytes) -> list[KeyValue]:
@@ -76,8 +83,8 @@ class RevisionWriter:
                 found[key] = after
         return [kv for _, kv in sorted(found.items()) if kv is not None]
 
-    def _record(self, key: bytes, after: KeyValue | None) -> None:
-        before = self.current(key)
+    def _record(self, key: bytes, after: KeyValue | None, before: KeyValue | None) -> None:
+        """``key`` goes from ``before`` (what :meth:`current` says now) to ``after``."""
         if key not in self._after:
             self._before[key] = before
         self._after[key] = after
