@@ -133,3 +133,35 @@ async def test_cancel_while_the_owner_is_dead_ends_at_takeover(kinds_etcd: Kinds
         assert [(r.state, r.reason) for r in ended] == [(CANCELLED, "cancelled: owner gone")]
     finally:
         await client.close()
+
+
+async def test_deleting_a_job_cancels_its_live_executions(kinds: KindsCluster) -> None:
+    """A job whose handler no worker serves: its runs wait for a worker. Deleting the job
+    cancels them (they used to stay behind, live, with `cancelled_executions 0`); running
+    ones are stopped the same way (see the cancel tests above)."""
+    await kinds.start()
+    job_id = (
+        await kinds.client.create_job("orphans", schedule="* * * * * *", handler="nobody")
+    ).job.id
+    live = (
+        execution_pb2.EXECUTION_PENDING,
+        execution_pb2.EXECUTION_DISPATCHED,
+        execution_pb2.EXECUTION_RUNNING,
+    )
+    dispatched = execution_pb2.EXECUTION_DISPATCHED
+    await eventually(
+        lambda: kinds.runs(job_id),
+        lambda rs: sum(r.state == dispatched for r in rs) >= 2,
+        timeout=30,
+        what="two runs handed out, waiting for a worker",
+    )
+    # Counted: those cancelled, and the pre-claimed ones not yet due (removed outright).
+    assert await kinds.client.delete_job(job_id) >= 2
+    runs = await eventually(
+        lambda: kinds.runs(job_id),
+        lambda rs: bool(rs) and not any(r.state in live for r in rs),
+        timeout=30,
+        what="no run of the deleted job left live",
+    )
+    ended = [r for r in runs if r.state == CANCELLED]
+    assert len(ended) >= 2 and {r.reason for r in ended} == {"job deleted"}

@@ -29,6 +29,7 @@ from schedd.store._records import (
     JobState,
     StoredJob,
     decode_execution,
+    encode_execution,
 )
 from schedd.store._sealing import Sealer
 from schedd.store._types import KeyValue, prefix_end
@@ -286,18 +287,18 @@ class JobStore:
 
     def _drop_future_runs(
         self, runs: Sequence[execution_pb2.Execution], now_ms: int, *, all_triggers: bool
-    ) -> tuple[list[Compare], list[Op], list[bytes], int]:
+    ) -> tuple[list[Compare], list[Op], list[bytes], set[str]]:
         """Compares and ops removing pre-claimed executions that cannot be on a worker yet.
 
         Returns:
-            (compares, run deletes, due keys to delete, how many executions are removed).
+            (compares, run deletes, due keys to delete, the ids of the executions removed).
             The due keys are left to the caller, who may be about to write one of them.
         """
         k, o = self.keys, self.ops
         cmps: list[Compare] = []
         ops: list[Op] = []
         due_keys: list[bytes] = []
-        count = 0
+        dropped: set[str] = set()
         for ex in runs:
             if ex.state not in (
                 execution_pb2.EXECUTION_PENDING,
@@ -319,8 +320,8 @@ class JobStore:
                 or ex.trigger != execution_pb2.TRIGGER_SCHEDULE
             ):
                 due_keys.append(k.run_due_key(ex.partition, ex.due_ms, ex.job_id, ex.scheduled_ms))
-            count += 1
-        return cmps, ops, due_keys, count
+            dropped.add(ex.id)
+        return cmps, ops, due_keys, dropped
 
     async def update_job(
         self, job_id: str, mutate: Mutation, now_ms: int, *, expected_version: int = 0
@@ -389,15 +390,30 @@ class JobStore:
         return await self.update_job(job_id, mutate, now_ms)
 
     async def delete_job(self, job_id: str, now_ms: int) -> int:
-        """Deletes the job and its not-yet-due executions; returns how many were removed."""
+        """Deletes the job, removes its not-yet-due executions and cancels the others (those
+        that may be out on a worker, or waiting for one): their owner, notified, stops them
+        and ends them CANCELLED ("job deleted"). Returns how many were removed or cancelled.
+        """
         k, o = self.keys, self.ops
         for _ in range(8):
             # Only revisions and keys are needed: a job whose secrets do not open here goes too.
             stored = await self.read(job_id, opened=False)
             runs = await self._runs(job_id, opened=False)
             p = self.partition(job_id)
-            cmps, ops, due_keys, count = self._drop_future_runs(runs, now_ms, all_triggers=True)
+            cmps, ops, due_keys, dropped = self._drop_future_runs(runs, now_ms, all_triggers=True)
             ops += [o.delete(key) for key in due_keys]
+            count = len(dropped)
+            for ex in runs:
+                if ex.id in dropped or ex.state == execution_pb2.EXECUTION_CANCELLED:
+                    continue
+                # Read unopened: its sealed fields go back as they are (only the state changes).
+                ex.state = execution_pb2.EXECUTION_CANCELLED
+                ex.reason = "job deleted"
+                ex.finished_ms = now_ms
+                run_key = k.run_key(p, ex.job_id, ex.scheduled_ms)
+                cmps.append(o.cmp_mod(run_key, ex.fencing_token))
+                ops.append(o.put(run_key, encode_execution(ex)))
+                count += 1
             cmps.append(o.cmp_mod(k.job_key(job_id), stored.spec_revision))
             cmps.append(o.cmp_mod(k.state_key(job_id), stored.state_revision))
             ops += [o.delete(k.job_key(job_id)), o.delete(k.state_key(job_id))]
