@@ -7,7 +7,7 @@ type and etcd's duplicate-key rule (:func:`check_branch`); only etcd has its own
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sortedcontainers import SortedDict
 
@@ -153,3 +153,32 @@ def check_leases(steps: Sequence[Any], known: Container[int]) -> None:
             check_leases(step[2], known)
         elif step[0] == "put" and step[3] and step[3] not in known:
             raise Unavailable(f"etcdserver: requested lease not found ({step[3]:x})")
+
+
+class StepWriter(Protocol):
+    """What a backend's one-revision writer offers :func:`run_steps`: each op sees the
+    writes of the ops before it."""
+
+    def put(self, key: bytes, value: bytes, lease: int) -> None: ...
+
+    def delete(self, start: bytes, end: bytes) -> int: ...
+
+    def range(self, start: bytes, end: bytes) -> Sequence[KeyValueView]: ...
+
+
+def run_steps(steps: Sequence[Any], writer: StepWriter) -> list[Any]:
+    """Runs a planned branch (see :func:`plan`) through ``writer``; its responses, in the
+    shape :class:`TupleTxnResult` reads (nested txns as ``(outcome, responses)``)."""
+    out: list[Any] = []
+    for step in steps:
+        kind = step[0]
+        if kind == "put":
+            writer.put(step[1], step[2], step[3])
+            out.append(None)
+        elif kind == "delete":
+            out.append(writer.delete(step[1], step[2]))
+        elif kind == "get":
+            out.append(writer.range(step[1], step[2]))
+        else:
+            out.append((step[1], run_steps(step[2], writer)))
+    return out

@@ -40,6 +40,7 @@ from schedd.store._tuple_ops import (
     in_range,
     keys_in,
     plan,
+    run_steps,
 )
 from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
 from schedd.store.abc import KV, Compare, Op
@@ -210,7 +211,7 @@ class MemoryKV:
         ok, steps = plan(compares, success, failure, self._holds)
         check_leases(steps, self._leases)
         writer = _Writer(self, self._revision + 1)
-        responses = self._run(steps, writer)
+        responses = run_steps(steps, writer)
         writer.commit()
         result = TupleTxnResult(ok, self._revision, responses)
         self._leave_write("txn")
@@ -231,21 +232,6 @@ class MemoryKV:
             return bool(expected == 0)
         actual = kv.create_revision if target == "create" else kv.mod_revision
         return bool(actual == expected)
-
-    def _run(self, steps: Sequence[Any], writer: _Writer) -> list[Any]:
-        out: list[Any] = []
-        for step in steps:
-            kind = step[0]
-            if kind == "put":
-                writer.put(step[1], step[2], step[3])
-                out.append(None)
-            elif kind == "delete":
-                out.append(writer.delete(step[1], step[2]))
-            elif kind == "get":
-                out.append([self._live[k] for k in keys_in(self._live, step[1], step[2])])
-            else:
-                out.append((step[1], self._run(step[2], writer)))
-        return out
 
     async def compact(self, revision: int) -> None:
         await self._enter("compact")
@@ -348,6 +334,11 @@ class _Writer:
         else:
             new = KeyValue(key, value, prev.create_revision, rev, prev.version + 1, lease)
         self._record(new, WatchEvent("put", new))
+
+    def range(self, start: bytes, end: bytes) -> list[KeyValue]:
+        """The keys as the txn sees them: its earlier writes are in the live state already."""
+        live = self._kv._live
+        return [live[k] for k in keys_in(live, start, end)]
 
     def delete(self, start: bytes, end: bytes) -> int:
         kv = self._kv

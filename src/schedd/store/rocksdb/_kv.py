@@ -49,6 +49,7 @@ from schedd.store._tuple_ops import (
     check_leases,
     in_range,
     plan,
+    run_steps,
 )
 from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
 from schedd.store.abc import KV, Compare, Op, StoreFailed
@@ -63,7 +64,7 @@ from schedd.store.rocksdb._reads import (
     log_entries,
     scan_at,
 )
-from schedd.store.rocksdb._writer import RevisionWriter, run_steps
+from schedd.store.rocksdb._writer import RevisionWriter
 
 #: Log entries a watch reads per step (bounded work on the event loop).
 WATCH_CHUNK = 256

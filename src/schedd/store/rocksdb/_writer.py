@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from rocksdict import Rdict, WriteBatch
 
 from schedd.store._tuple_ops import in_range
@@ -112,20 +109,3 @@ class RevisionWriter:
         batch.put(log_key(self.revision), encode_changes(self._changes))
         batch.put(REVISION_KEY, u64(self.revision))
         return self._changes
-
-
-def run_steps(steps: Sequence[Any], writer: RevisionWriter) -> list[Any]:
-    """Runs a planned branch (see :func:`schedd.store._tuple_ops.plan`); its responses."""
-    out: list[Any] = []
-    for step in steps:
-        kind = step[0]
-        if kind == "put":
-            writer.put(step[1], step[2], step[3])
-            out.append(None)
-        elif kind == "delete":
-            out.append(writer.delete(step[1], step[2]))
-        elif kind == "get":
-            out.append(writer.range(step[1], step[2]))
-        else:
-            out.append((step[1], run_steps(step[2], writer)))
-    return out
