@@ -35,3 +35,16 @@ async def h_store(
         yield harness
     finally:
         await harness.close()
+
+
+@pytest.fixture
+async def h_embedded(
+    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """Like ``h`` on an embedded store: for tests that do not depend on the store (a node on
+    it starts faster than on etcd)."""
+    harness = harness_on(request, "rocksdb", etcd_prefix, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.close()

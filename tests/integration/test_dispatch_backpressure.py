@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from integration.cluster_harness import Harness, eventually, harness_on
+from integration.cluster_harness import Harness, eventually
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -20,16 +18,9 @@ BOUND = 30
 
 
 @pytest.fixture
-async def h(
-    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
-) -> AsyncIterator[Harness]:
-    """On the embedded store: what this file tests does not depend on the store, and a node
-    on it starts faster than on etcd."""
-    harness = harness_on(request, "rocksdb", etcd_prefix, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.close()
+def h(h_embedded: Harness) -> Harness:
+    """What this file tests does not depend on the store: the embedded one."""
+    return h_embedded
 
 
 async def test_claims_stop_at_the_dispatch_bound_and_every_fire_runs_later(h: Harness) -> None:

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.cluster_harness import Harness, eventually, harness_on
+from integration.cluster_harness import Harness, eventually
 from schedd.client import build_job
 from schedd.node._settling import FAILED_OUTPUT_KEPT
 from schedd.v1 import execution_pb2, worker_pb2
@@ -46,16 +44,9 @@ class Hinting:
 
 
 @pytest.fixture
-async def h(
-    request: pytest.FixtureRequest, etcd_prefix: bytes, tmp_path: Path
-) -> AsyncIterator[Harness]:
-    """On the embedded store: what this file tests does not depend on the store, and a node
-    on it starts faster than on etcd."""
-    harness = harness_on(request, "rocksdb", etcd_prefix, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.close()
+def h(h_embedded: Harness) -> Harness:
+    """What this file tests does not depend on the store: the embedded one."""
+    return h_embedded
 
 
 async def test_retry_waits_for_the_hint_but_no_longer_than_max_backoff(h: Harness) -> None:

@@ -8,14 +8,14 @@ token (a refused write fails the attempt for good: a newer attempt wrote).
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
+from cluster.effect_handlers import record_start, write_effect
 from cluster.effects import EffectLedger
 
-from schedd.worker import Context, PermanentError, Worker
+from schedd.worker import Context, Worker
 
 
 def register(worker: Worker) -> None:
@@ -24,20 +24,7 @@ def register(worker: Worker) -> None:
 
     @worker.handler("flaky")
     async def flaky(ctx: Context, payload: Any) -> dict[str, int]:
-        await asyncio.to_thread(
-            ledger.started,
-            ctx.execution_id,
-            ctx.job_id,
-            ctx.scheduled_ms,
-            ctx.fencing_token,
-            name,
-            ctx.started_ms,
-        )
+        await record_start(ledger, ctx, name)
         if Path(payload["down_file"]).exists():
             raise RuntimeError("the downstream service is unavailable")
-        accepted = await asyncio.to_thread(
-            ledger.put, ctx.job_id, ctx.scheduled_ms, ctx.fencing_token, name
-        )
-        if not accepted:
-            raise PermanentError(f"stale token {ctx.fencing_token}: a newer attempt wrote")
-        return {"token": ctx.fencing_token}
+        return await write_effect(ledger, ctx, name)
