@@ -24,15 +24,7 @@ from typing import Any
 
 from schedd._errors import InvalidArgument
 from schedd.client._convert import decode_payload, encode_payload
-from schedd.model import (
-    MUTABLE_PATHS,
-    default_burst,
-    misfire_name,
-    overlap_name,
-    parse_misfire,
-    parse_overlap,
-)
-from schedd.model._job import (  # what normalise_spec fills in: export leaves these out
+from schedd.model import (  # the defaults normalise_spec fills in: export leaves these out
     DEFAULT_CATCH_UP_LIMIT,
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_ATTEMPTS,
@@ -41,6 +33,12 @@ from schedd.model._job import (  # what normalise_spec fills in: export leaves t
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT_MS,
     DEFAULT_TIMEZONE,
+    MUTABLE_PATHS,
+    default_burst,
+    misfire_name,
+    overlap_name,
+    parse_misfire,
+    parse_overlap,
 )
 from schedd.schedule import pin_anchor
 from schedd.v1 import job_pb2, scheduler_pb2

@@ -32,6 +32,15 @@ from schedd.model._ids import (
     validate_execution_id,
 )
 from schedd.model._job import (
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_INITIAL_BACKOFF_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF_MS,
+    DEFAULT_MULTIPLIER,
+    DEFAULT_QUEUE,
+    DEFAULT_TENANT,
+    DEFAULT_TIMEOUT_MS,
+    DEFAULT_TIMEZONE,
     OUTPUT_FIELDS,
     normalise_spec,
     same_spec,
@@ -42,6 +51,15 @@ from schedd.model._tenants import MAX_TENANT_LIMIT, default_burst, validate_tena
 from schedd.model._update import MUTABLE_PATHS, apply_update
 
 __all__ = [
+    "DEFAULT_CATCH_UP_LIMIT",
+    "DEFAULT_INITIAL_BACKOFF_MS",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_BACKOFF_MS",
+    "DEFAULT_MULTIPLIER",
+    "DEFAULT_QUEUE",
+    "DEFAULT_TENANT",
+    "DEFAULT_TIMEOUT_MS",
+    "DEFAULT_TIMEZONE",
     "MAX_ATTEMPTS",
     "MAX_PAYLOAD_BYTES",
     "MAX_TENANT_LIMIT",
