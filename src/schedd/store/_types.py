@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from schedd._errors import Unavailable
 
 
-@dataclass(frozen=True)
-class KeyValue:
-    """One key as stored.
+class KeyValue(NamedTuple):
+    """One key as stored (a named tuple: made for every key read, so it is cheap to make).
 
     Attributes:
         key: the key.

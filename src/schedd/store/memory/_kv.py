@@ -35,8 +35,8 @@ from schedd.store._leases import ChangeSignal, LeaseTable
 from schedd.store._tuple_ops import (
     TupleOps,
     TupleTxnResult,
-    check_branch,
     check_leases,
+    check_request,
     in_range,
     keys_in,
     plan,
@@ -206,8 +206,8 @@ class MemoryKV:
         timeout_s: float | None = None,
     ) -> TupleTxnResult:
         await self._enter_write("txn")
-        check_branch(success)
-        check_branch(failure)
+        check_request(success)
+        check_request(failure)
         ok, steps = plan(compares, success, failure, self._holds)
         check_leases(steps, self._leases)
         writer = _Writer(self, self._revision + 1)

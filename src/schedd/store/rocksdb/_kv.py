@@ -12,14 +12,16 @@ What a caller may rely on beyond :mod:`schedd.store.abc`:
   opening a directory revokes every lease left in it at once, one revision per lease, as an
   expiry would, since the process that held them is gone.
 
-How (see :mod:`._layout` for the keys): each transaction is evaluated synchronously on the
-event loop against the applied state, so transactions are serialised without a lock, and
-written as one WriteBatch (keys, lease index, log entry, revision) without sync. The caller
-then waits for a group sync: one fsync of the WAL in a thread covers every batch written
-before it started, so concurrent writers share it. Reads at the synced revision (or an
-older one) read the database and undo the log entries of the later revisions; the newest
-entries are also kept decoded in memory, so that costs little. Watches replay the log and
-wake on each sync.
+How (see :mod:`._layout` for the keys): the live keys are mirrored in memory, decoded
+(:mod:`._live`, loaded at open; ranges walk RocksDB's ordered keys), and each transaction is
+evaluated synchronously on the event loop against that applied state, so transactions are
+serialised without a lock. It is written as one WriteBatch (keys, lease index, log entry,
+revision) without sync, and the mirror takes its writes. The caller then waits for a group
+sync: one fsync of the WAL in a thread covers every batch written before it started, so
+concurrent writers share it. Reads at the synced revision (or an older one) read the mirror
+and undo the log entries of the later revisions; the newest entries are also kept decoded in
+memory, so that costs little. Watches replay the log and wake on each sync. The mirror costs
+memory in proportion to the live data, as etcd's index and page cache do.
 
 Left out, like the memory backend: ``timeout_s`` is ignored; a watch never lags or breaks
 while the store is open; nothing compacts on its own. ``range`` without a limit reads its
@@ -33,7 +35,6 @@ import bisect
 import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +46,8 @@ from schedd.store._leases import ChangeSignal, LeaseTable
 from schedd.store._tuple_ops import (
     TupleOps,
     TupleTxnResult,
-    check_branch,
     check_leases,
+    check_request,
     in_range,
     plan,
     run_steps,
@@ -54,11 +55,10 @@ from schedd.store._tuple_ops import (
 from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
 from schedd.store.abc import KV, Compare, Op, StoreFailed
 from schedd.store.rocksdb._layout import COMPACTED_KEY, LEASE_KEY, Change, log_key, u64
+from schedd.store.rocksdb._live import LiveKeys
 from schedd.store.rocksdb._open import StoredMeta, open_store
 from schedd.store.rocksdb._reads import (
     Entries,
-    count,
-    get_kv,
     leased_keys,
     leases_with_keys,
     log_entries,
@@ -82,8 +82,11 @@ class RocksKV:
 
     ops = TupleOps()
 
-    def __init__(self, db: Rdict, path: Path, meta: StoredMeta, clock: Clock) -> None:
+    def __init__(
+        self, db: Rdict, live: LiveKeys, path: Path, meta: StoredMeta, clock: Clock
+    ) -> None:
         self._db = db
+        self._live = live  # the applied state's keys (the database's, in memory)
         self._path = path
         self._clock = clock
         self._unsynced = WriteOptions()
@@ -113,11 +116,21 @@ class RocksKV:
                 store, or a newer schedd wrote it (nothing in it was changed).
         """
         db, meta = await asyncio.to_thread(open_store, Path(path))
+        try:
+            live = await asyncio.to_thread(LiveKeys.load, db)
+        except BaseException:
+            db.close()
+            raise
         if meta.created:
             log.info("created a new, empty schedd store at %s", path)
         else:
-            log.info("opened the schedd store at %s (revision %d)", path, meta.revision)
-        kv = cls(db, Path(path), meta, clock or SystemClock())
+            log.info(
+                "opened the schedd store at %s (revision %d, %d keys)",
+                path,
+                meta.revision,
+                len(live),
+            )
+        kv = cls(db, live, Path(path), meta, clock or SystemClock())
         try:
             await kv._revoke_leases_left()
         except BaseException:
@@ -188,6 +201,7 @@ class RocksKV:
         batch = WriteBatch(raw_mode=True)
         changes = writer.fill(batch)
         self._write(batch)
+        self._live.apply(writer.after)
         self._applied = writer.revision
         self._recent.append((writer.revision, changes))
         if len(self._recent) > 2 * RECENT:
@@ -234,7 +248,7 @@ class RocksKV:
 
     def _delete_leased(self, lease_id: int) -> None:
         """Deletes the lease's keys in one revision (none when it has no keys)."""
-        writer = RevisionWriter(self._db, self._applied + 1)
+        writer = RevisionWriter(self._live, self._applied + 1)
         for key in leased_keys(self._db, lease_id):
             writer.delete(key, b"")
         self._apply(writer)
@@ -272,15 +286,15 @@ class RocksKV:
         if revision > self._durable:
             raise Unavailable(f"required revision {revision} is a future revision")
         later = self._changes(revision + 1, self._applied, self._applied - revision)
-        found = scan_at(self._db, start, end, later, limit=limit)
+        found = scan_at(self._live, start, end, later, limit=limit)
         if keys_only:
-            found = [replace(kv, value=b"") for kv in found]
+            found = [kv._replace(value=b"") for kv in found]
         return found
 
     async def get(self, key: bytes) -> KeyValue | None:
         await self._enter()
         if self._durable == self._applied:
-            return get_kv(self._db, key)
+            return self._live.get(key)
         found = self._read(key, b"", 0)
         return found[0] if found else None
 
@@ -325,14 +339,14 @@ class RocksKV:
     async def get_many(self, keys: Sequence[bytes], *, per_txn: int = 128) -> list[KeyValue | None]:
         await self._enter()
         if self._durable == self._applied:
-            return [get_kv(self._db, key) for key in keys]
+            return [self._live.get(key) for key in keys]
         found = (self._read(key, b"", 0) for key in keys)
         return [kvs[0] if kvs else None for kvs in found]
 
     async def count(self, start: bytes, end: bytes) -> int:
         await self._enter()
         if self._durable == self._applied:
-            return count(self._db, start, end)
+            return self._live.count(start, end)
         return len(self._read(start, end, 0, keys_only=True))
 
     # -- writes -------------------------------------------------------------------------------
@@ -347,9 +361,9 @@ class RocksKV:
     ) -> TupleTxnResult:
         await self._enter()
         # From here to _apply nothing awaits: the txn sees and changes one state, alone.
-        check_branch(success)
-        check_branch(failure)
-        writer = RevisionWriter(self._db, self._applied + 1)
+        check_request(success)
+        check_request(failure)
+        writer = RevisionWriter(self._live, self._applied + 1)
         ok, steps = plan(compares, success, failure, functools.partial(_holds, writer))
         check_leases(steps, self._leases)
         responses = run_steps(steps, writer)

@@ -1,10 +1,10 @@
-"""Reads of the rocksdb backend's layout: the state as of now, or as of a revision before it.
+"""Reads of the rocksdb backend: its log and lease index, and the state as of a revision.
 
-The database holds the applied state (every batch written, synced or not). A read at an
-older revision, including the last synced one while a sync is under way, starts from it and
-undoes the changes of every later revision with the records they replaced (:func:`scan_at`).
-(RocksDB snapshots would do it too, but rocksdict's snapshot iterators read the live
-database, 0.3.29: only ``snapshot[key]`` honours the snapshot.)
+The applied state (every batch written, synced or not) is the database's ``k`` records and
+their mirror in memory (:class:`~._live.LiveKeys`), which answers reads of it. A read at an
+older revision, including the last synced one while a sync is under way, starts from the
+mirror and undoes the changes of every later revision with the records they replaced
+(:func:`scan_at`).
 
 Every function is synchronous and does work proportional to what it returns plus the
 changes it undoes: callers on the event loop keep both bounded.
@@ -13,26 +13,24 @@ changes it undoes: callers on the event loop keep both bounded.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocksdict import Rdict, ReadOptions
 
-from schedd.store._tuple_ops import TO_END, in_range
+from schedd.store._tuple_ops import in_range
 from schedd.store._types import KeyValue, prefix_end
 from schedd.store.rocksdb._layout import (
     LEASED,
-    LIVE,
     Change,
     decode_changes,
-    decode_record,
     lease_prefix,
-    live_key,
     log_key,
     parse_lease_key,
     u64,
 )
 
-_LIVE_END = prefix_end(LIVE)
+if TYPE_CHECKING:
+    from schedd.store.rocksdb._live import LiveKeys
 
 #: Changes of consecutive revisions, oldest first: (revision, changes).
 Entries = list[tuple[int, list[Change]]]
@@ -47,40 +45,6 @@ def items(db: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]
         if key >= upper:  # the bound in ReadOptions stops RocksDB; this one stops us
             return
         yield key, value
-
-
-def get_kv(db: Rdict, key: bytes, *, keys_only: bool = False) -> KeyValue | None:
-    data: bytes | None = db.get(live_key(key))
-    return None if data is None else decode_record(key, data, keys_only=keys_only)
-
-
-def _live_items(db: Rdict, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-    upper = _LIVE_END if end == TO_END else live_key(end)
-    return items(db, live_key(start), upper)
-
-
-def scan(
-    db: Rdict, start: bytes, end: bytes, *, limit: int = 0, keys_only: bool = False
-) -> list[KeyValue]:
-    """The keys in ``[start, end)`` as of now (``end == b""``: the key ``start``).
-
-    With ``limit``, at most that many (ask for one more to learn whether there are more).
-    """
-    if not end:
-        kv = get_kv(db, start, keys_only=keys_only)
-        return [] if kv is None else [kv]
-    out: list[KeyValue] = []
-    for stored, data in _live_items(db, start, end):
-        out.append(decode_record(stored[1:], data, keys_only=keys_only))
-        if limit and len(out) >= limit:
-            break
-    return out
-
-
-def count(db: Rdict, start: bytes, end: bytes) -> int:
-    if not end:
-        return 0 if db.get(live_key(start)) is None else 1
-    return sum(1 for _ in _live_items(db, start, end))
 
 
 def log_entries(db: Rdict, first: int, last: int, most: int) -> Entries:
@@ -112,7 +76,7 @@ def undo(kvs: list[KeyValue], later: Entries, start: bytes, end: bytes) -> list[
 
 
 def scan_at(
-    db: Rdict, start: bytes, end: bytes, later: Entries, *, limit: int = 0
+    live: LiveKeys, start: bytes, end: bytes, later: Entries, *, limit: int = 0
 ) -> list[KeyValue]:
     """The keys in ``[start, end)`` before the ``later`` changes (all those after a revision).
 
@@ -123,12 +87,12 @@ def scan_at(
     if not end:
         end = start + b"\x00"  # one key: the span of exactly it
     if not later:
-        return scan(db, start, end, limit=limit + 1 if limit else 0)
+        return live.scan(start, end, limit=limit + 1 if limit else 0)
     out: list[KeyValue] = []
     lower = start
     while True:
         want = limit + 1 - len(out) if limit else 0
-        chunk = scan(db, lower, end, limit=want)
+        chunk = live.scan(lower, end, limit=want)
         done = not want or len(chunk) < want
         upper = end if done else chunk[-1].key + b"\x00"  # the span this chunk covers
         out += undo(chunk, later, lower, upper)

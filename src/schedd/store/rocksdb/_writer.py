@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rocksdict import Rdict, WriteBatch
+from rocksdict import WriteBatch
 
 from schedd.store._tuple_ops import in_range
 from schedd.store._types import KeyValue
@@ -16,26 +16,23 @@ from schedd.store.rocksdb._layout import (
     log_key,
     u64,
 )
-from schedd.store.rocksdb._reads import get_kv, scan
+from schedd.store.rocksdb._live import LiveKeys
 
 
 class RevisionWriter:
     """The writes of one transaction (or one lease's end) at ``revision``.
 
-    Reads through it see the state before it (``db``: the applied state) with its own
+    Reads through it see the state before it (``live``: the applied state) with its own
     writes on top, so ops run in order, each seeing those before it. Nothing reaches the
     database until :meth:`fill` puts everything, the log entry and the new revision into
-    one batch.
+    one batch (and :attr:`after` then goes to ``live``).
     """
 
-    def __init__(self, db: Rdict, revision: int) -> None:
+    def __init__(self, live: LiveKeys, revision: int) -> None:
         self.revision = revision
-        self._db = db
+        self._live = live
         self._before: dict[bytes, KeyValue | None] = {}  # per key written: before the txn
-        self._after: dict[bytes, KeyValue | None] = {}  # per key written: after it
-        # Keys read from the applied state during this txn (its compares, then its writes
-        # read them again): one RocksDB get per key and txn.
-        self._read: dict[bytes, KeyValue | None] = {}
+        self.after: dict[bytes, KeyValue | None] = {}  # per key written: after it
         # Every change in op order. A key is written once per txn, except where etcd's
         # duplicate check lets it through (a put in one nested txn, a delete range of a
         # later sibling): then the watch sees both, as on etcd.
@@ -47,13 +44,10 @@ class RevisionWriter:
 
     def current(self, key: bytes) -> KeyValue | None:
         """The key as this txn sees it: its own write, else the applied state."""
-        if key in self._after:
-            return self._after[key]
-        try:
-            return self._read[key]
-        except KeyError:
-            kv = self._read[key] = get_kv(self._db, key)
-            return kv
+        after = self.after
+        if key in after:
+            return after[key]
+        return self._live.get(key)
 
     def put(self, key: bytes, value: bytes, lease: int) -> None:
         prev, rev = self.current(key), self.revision
@@ -74,17 +68,17 @@ class RevisionWriter:
         if not end:
             kv = self.current(start)
             return [] if kv is None else [kv]
-        found: dict[bytes, KeyValue | None] = {kv.key: kv for kv in scan(self._db, start, end)}
-        for key, after in self._after.items():
+        found: dict[bytes, KeyValue | None] = {kv.key: kv for kv in self._live.scan(start, end)}
+        for key, after in self.after.items():
             if in_range(key, start, end):
                 found[key] = after
         return [kv for _, kv in sorted(found.items()) if kv is not None]
 
     def _record(self, key: bytes, after: KeyValue | None, before: KeyValue | None) -> None:
         """``key`` goes from ``before`` (what :meth:`current` says now) to ``after``."""
-        if key not in self._after:
+        if key not in self.after:
             self._before[key] = before
-        self._after[key] = after
+        self.after[key] = after
         self._changes.append((key, before, after))
 
     def fill(self, batch: WriteBatch) -> list[Change]:
@@ -92,7 +86,7 @@ class RevisionWriter:
 
         Returns the revision's changes in op order (what its log entry holds).
         """
-        for key, after in self._after.items():
+        for key, after in self.after.items():
             before = self._before[key]
             if after is None:
                 batch.delete(live_key(key))
