@@ -78,6 +78,7 @@ def test_public_faces_are_pinned() -> None:
             "cluster_status_to_dict",
             "decode_payload",
             "encode_payload",
+            "execution_note",
             "execution_to_dict",
             "grpc_target",
             "iso_utc",

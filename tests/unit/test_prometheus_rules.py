@@ -27,6 +27,7 @@ ALERTS = {
     "SchedLatenessHigh",
     "SchedFireDelayHigh",
     "SchedDeadLettersGrowing",
+    "SchedExecutionsWithoutWorker",
     "SchedStoreRejectedWrites",
     "SchedEtcdErrors",
     "SchedLeaseKeepaliveFailing",

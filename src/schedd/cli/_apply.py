@@ -31,6 +31,7 @@ from schedd.cli._context import output_option, settings
 from schedd.cli._output import console, emit, rows_table
 from schedd.client import Client
 from schedd.client._spec import KIND_LIMITS, changed_paths, job_from_dict, limits_from_dict
+from schedd.dispatch import unserved_warnings
 from schedd.model import normalise_spec, validate_tenant_limits
 from schedd.v1 import job_pb2, scheduler_pb2
 
@@ -302,6 +303,20 @@ def _summary(what: str, actions: list[str], dry_run: bool) -> tuple[str, bool]:
     return f"{len(actions)} {what}: {summary}", bool(counts.get("failed"))
 
 
+def _warn_unserved(client: Client, docs: list[Doc]) -> None:
+    """One line on stderr per target of the applied jobs that no connected worker serves
+    (not an error: their runs wait until one connects)."""
+    jobs = [d.job for d in docs if not d.action.startswith("failed")]
+    if not jobs:
+        return
+    try:
+        workers = list(client.cluster_status().workers)
+    except SchedError:
+        return  # the apply is done; a status we cannot read is no reason to fail it
+    for warning in unserved_warnings(jobs, workers):
+        click.echo(f"schedctl: warning: {warning}", err=True)
+
+
 @click.command("apply")
 @click.option(
     "-f",
@@ -328,6 +343,7 @@ def apply_cmd(paths: tuple[str, ...], dry_run: bool) -> None:
     if not dry_run:
         execute_limits(client, docs.limits)
         execute(client, docs.jobs, progress=sys.stderr.isatty() and len(docs.jobs) > 50)
+        _warn_unserved(client, docs.jobs)
     fmt = settings().output
     rows = _rows(docs, dry_run)
     if fmt == "table":

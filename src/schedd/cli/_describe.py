@@ -11,7 +11,7 @@ from rich.table import Table
 
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import console, emit, key_value_table, local_time, relative, rows_table
-from schedd.client import execution_to_dict, job_to_dict
+from schedd.client import execution_note, execution_to_dict, job_to_dict
 from schedd.client._fires import lateness_ms, next_fires
 from schedd.model import state_name
 from schedd.v1 import execution_pb2
@@ -21,7 +21,7 @@ def _runs_table(runs: list[execution_pb2.Execution], now: int) -> Table:
     rows = []
     for r in runs:
         late = lateness_ms(r)
-        error = (r.error or r.reason).splitlines()[0][:80] if (r.error or r.reason) else ""
+        error = execution_note(r)[:120]
         rows.append(
             (r.id.rpartition("@")[2], local_time(r.scheduled_ms, now), state_name(r.state),
              r.attempt, "-" if late is None else f"{late} ms", error)

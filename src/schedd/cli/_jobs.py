@@ -184,6 +184,8 @@ def job_create(name: str, **opts: Any) -> None:
         )
     )
     emit_changed(result.job, "created" if result.created else "exists:")
+    for warning in result.warnings:
+        click.echo(f"schedctl: warning: {warning}", err=True)
 
 
 @job_group.command("get")

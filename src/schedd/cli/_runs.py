@@ -20,6 +20,7 @@ from schedd.cli._output import console, emit, local_time, rows_table
 from schedd.client import (
     Client,
     cluster_status_to_dict,
+    execution_note,
     execution_to_dict,
     missing_nodes_to_dicts,
     worker_to_dict,
@@ -51,7 +52,7 @@ def emit_executions(
                 local_time(e.scheduled_ms, now),
                 e.worker_id,
                 e.fencing_token,
-                e.error or e.reason,
+                execution_note(e),
             )
             for e in executions
         ]
@@ -157,7 +158,7 @@ def _follow_lines(executions: list[execution_pb2.Execution]) -> None:
         else:
             late_ms = lateness_ms(e)
             late = "" if late_ms is None else f"{late_ms} ms late"
-            reason = (e.error or e.reason).splitlines()[0][:100] if (e.error or e.reason) else ""
+            reason = execution_note(e)[:120]
             parts = [local_time(e.scheduled_ms, now), e.id, state_name(e.state),
                      f"attempt {e.attempt}", e.worker_id, late, reason]  # fmt: skip
             sys.stdout.write("  ".join(p for p in parts if p) + "\n")

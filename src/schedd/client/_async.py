@@ -143,7 +143,7 @@ class AsyncClient:
             The stored job and whether it was created (False: same idempotency key).
         """
         resp = await self._call(self._stub.CreateJob, scheduler_pb2.CreateJobRequest(job=job))
-        return CreateJobResult(resp.job, resp.created)
+        return CreateJobResult(resp.job, resp.created, tuple(resp.warnings))
 
     #: ``create_job(name, *, schedule, ...)``: :meth:`create` with the job built from exactly
     #: :func:`~schedd.client.build_job`'s arguments (the signature is written there only).

@@ -188,9 +188,25 @@ def execution_to_dict(execution: execution_pb2.Execution) -> dict[str, Any]:
             "result": decode_payload(e.result),
             "has_checkpoint": bool(e.checkpoint),
             "throttled_ms": e.throttled_ms,
+            "waiting": e.waiting,
         }
     )
+    _time_pair(out, "waiting_since", e.waiting_since_ms)
     return out
+
+
+def execution_note(e: execution_pb2.Execution) -> str:
+    """The one line a person wants beside a run: its error, else its reason, else why it
+    waits (``waiting: no worker serves handler 'x' on queue 'q' since 12:01:03 UTC``)."""
+    text = e.error or e.reason
+    if text:
+        return text.splitlines()[0]
+    if not e.waiting:
+        return ""
+    if not e.waiting_since_ms:
+        return f"waiting: {e.waiting}"
+    since = datetime.fromtimestamp(e.waiting_since_ms / 1000, UTC)
+    return f"waiting: {e.waiting} since {since:%H:%M:%S} UTC"
 
 
 def tenant_limits_to_dict(limits: scheduler_pb2.TenantLimits) -> dict[str, Any]:

@@ -25,10 +25,12 @@ UNSET: Any = _Unset()
 
 @dataclass(frozen=True)
 class CreateJobResult:
-    """What CreateJob returned: the stored job, and False when it already existed."""
+    """What CreateJob returned: the stored job, False when it already existed, and warnings
+    that did not stop the create (no connected worker serves its handler, say)."""
 
     job: job_pb2.Job
     created: bool
+    warnings: tuple[str, ...] = ()
 
 
 class ExecutionList(list[execution_pb2.Execution]):

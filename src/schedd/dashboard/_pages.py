@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from schedd.client import execution_note
 from schedd.client._fires import lateness_ms
 from schedd.dashboard._csrf import FIELD
 from schedd.dashboard._html import (
@@ -34,8 +35,8 @@ def job_href(job_id: str) -> str:
 
 
 def _error(ex: execution_pb2.Execution) -> str:
-    text = ex.error or ex.reason
-    return text.splitlines()[0][:200] if text else ""
+    """Its error, else its reason, else why it waits for a worker."""
+    return execution_note(ex)[:200]
 
 
 def cluster_body(status: scheduler_pb2.ClusterStatus, etcd_ok: bool) -> Markup:

@@ -23,7 +23,8 @@ from schedd.dispatch._config import (
     InFlight,
 )
 from schedd.dispatch._dispatcher import Dispatcher
-from schedd.dispatch._pending import Route, accepts, route_of
+from schedd.dispatch._pending import Route, accepts, route_of, route_of_job
+from schedd.dispatch._waiting import describe_route, unserved_warnings
 
 __all__ = [
     "KEEPALIVE_SERVER_OPTIONS",
@@ -36,5 +37,8 @@ __all__ = [
     "InFlight",
     "Route",
     "accepts",
+    "describe_route",
     "route_of",
+    "route_of_job",
+    "unserved_warnings",
 ]

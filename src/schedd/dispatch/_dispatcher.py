@@ -25,15 +25,16 @@ from schedd.dispatch._config import (
 )
 from schedd.dispatch._holders import place_holds, silent_holds
 from schedd.dispatch._loss import LossReports
-from schedd.dispatch._pending import PendingDispatches, accepts
+from schedd.dispatch._pending import PendingDispatches, accepts, route_of, route_of_job
 from schedd.dispatch._probes import PROBE_TIMEOUT_MS, ProbeAnswer, Probes
 from schedd.dispatch._result_settler import ResultSettler
 from schedd.dispatch._servicer import WorkerStreamServicer
 from schedd.dispatch._session import WorkerSession, least_loaded
 from schedd.dispatch._supervision import SupervisedLoop, guarded
 from schedd.dispatch._vouch import unlimited, vouch
+from schedd.dispatch._waiting import Reason, Waiting, unserved_warning
 from schedd.obs import MetricsRecorder, NoopRecorder
-from schedd.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
+from schedd.v1 import job_pb2, scheduler_pb2, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 _DEFAULT_CONFIG = DispatchConfig()
@@ -93,6 +94,7 @@ class Dispatcher:
         self._sessions: dict[int, WorkerSession] = {}
         self._next_session_id = 0
         self._pending = PendingDispatches()
+        self._waiting = Waiting(self._clock)
         self._in_flight: dict[str, InFlight] = {}
         self._session_of: dict[str, WorkerSession] = {}
         self._pump_scheduled = False
@@ -124,6 +126,7 @@ class Dispatcher:
         for d in dispatches:
             self._replace(d)
             self._pending.add(d)
+        self._waiting.review(self._pending.routes(), self._sessions.values())
         self._schedule_pump()
 
     def hold(self, dispatches: Sequence[worker_pb2.Dispatch]) -> list[worker_pb2.Dispatch]:
@@ -220,6 +223,30 @@ class Dispatcher:
     def pending_by_queue(self) -> dict[str, int]:
         """Dispatches waiting for a worker, per queue."""
         return self._pending.by_queue()
+
+    def unserved_warning(self, job: job_pb2.Job) -> str | None:
+        """A warning for a job no open stream here could be sent (None: one could)."""
+        live = [s.hello for s in self._sessions.values() if not s.closed]
+        return unserved_warning(route_of_job(job), live)
+
+    def waiting_reason(self, execution_id: str) -> Reason | None:
+        """Why a pending execution has not gone to a worker (None: it is not pending here)."""
+        d = self._pending.get(execution_id)
+        if d is None:
+            return None
+        return self._waiting.reason(route_of(d), d.tenant, self._sessions.values())
+
+    def unserved_by_queue(self) -> dict[str, tuple[int, int]]:
+        """Per queue: executions pending on routes no connected worker serves, and the wall
+        ms the oldest such route was first seen so (for metrics and alerts)."""
+        out: dict[str, tuple[int, int]] = {}
+        for route, since in self._waiting.unserved().items():
+            n = self._pending.count(route)
+            if not n:
+                continue
+            count, oldest = out.get(route.queue, (0, since))
+            out[route.queue] = (count + n, min(oldest, since))
+        return out
 
     def in_flight_count(self) -> int:
         """Executions out on workers (held ahead of their instant included)."""
@@ -372,6 +399,7 @@ class Dispatcher:
         session.tenants = tenants
         session.actor = actor
         self._sessions[session.session_id] = session
+        self._waiting.streams_changed(self._pending.routes(), self._sessions.values())
         log.info(
             "worker %s connected (queues %s)", hello.worker_id, list(hello.queues),
             extra={"node": self.node_id, "worker": hello.worker_id},
@@ -397,6 +425,7 @@ class Dispatcher:
         session.end()
         if self._sessions.pop(session.session_id, None) is None:
             return
+        self._waiting.streams_changed(self._pending.routes(), self._sessions.values())
         self.probes.session_closed(session.session_id)
         lost: list[InFlight] = []
         for eid in list(session.in_flight):

@@ -11,11 +11,12 @@ come out ``a1 b1 a2 a3``.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Protocol
 
 from schedd.v1 import job_pb2, worker_pb2
 
+DEFAULT_QUEUE = "default"
 KIND_HANDLER = "handler"
 KIND_HTTP = "http"
 KIND_SHELL = "shell"
@@ -52,7 +53,32 @@ def route_of(dispatch: worker_pb2.Dispatch) -> Route:
     return Route(dispatch.queue, KIND_UNKNOWN)
 
 
-def accepts(hello: worker_pb2.Hello, route: Route) -> bool:
+def route_of_job(job: job_pb2.Job) -> Route:
+    """The route every dispatch of ``job`` takes (what :func:`route_of` finds in them)."""
+    kind = job.WhichOneof("target")
+    if kind == "handler":
+        return Route(job.handler.queue or DEFAULT_QUEUE, KIND_HANDLER, job.handler.name)
+    if kind == "http":
+        return Route(DEFAULT_QUEUE, KIND_HTTP)  # http and shell jobs run on the default queue
+    if kind == "shell":
+        return Route(DEFAULT_QUEUE, KIND_SHELL)
+    return Route(DEFAULT_QUEUE, KIND_UNKNOWN)
+
+
+class Serves(Protocol):
+    """What a worker says it runs: its Hello, or a node's :class:`WorkerStatus` of it."""
+
+    @property
+    def queues(self) -> Sequence[str]: ...
+    @property
+    def handlers(self) -> Sequence[str]: ...
+    @property
+    def accepts_http(self) -> bool: ...
+    @property
+    def accepts_shell(self) -> bool: ...
+
+
+def accepts(hello: Serves, route: Route) -> bool:
     """Whether a worker that said ``hello`` may be sent dispatches of ``route``."""
     if route.queue not in hello.queues:
         return False
@@ -100,6 +126,10 @@ class _TenantRing:
     def __bool__(self) -> bool:
         return bool(self._by_tenant)
 
+    def __iter__(self) -> Iterator[worker_pb2.Dispatch]:
+        for fifo in self._by_tenant.values():
+            yield from fifo
+
 
 class PendingDispatches:
     """Dispatches waiting for a worker with credits.
@@ -140,6 +170,11 @@ class PendingDispatches:
         for d in self._by_id.values():
             out[d.queue] = out.get(d.queue, 0) + 1
         return out
+
+    def count(self, route: Route) -> int:
+        """How many live dispatches wait on ``route`` (a pass over its queue)."""
+        ring = self._routes.get(route)
+        return 0 if ring is None else sum(1 for d in ring if self._by_id.get(d.execution_id) is d)
 
     def routes(self) -> Iterator[Route]:
         """Routes that may hold live dispatches (a snapshot: safe to pop while iterating)."""

@@ -246,6 +246,8 @@ class WorkerSession:
             connected_ms=self.connected_ms,
             prefetch=self.hello.prefetch,
             held=held,
+            accepts_http=self.hello.accepts_http,
+            accepts_shell=self.hello.accepts_shell,
         )
 
 

@@ -87,8 +87,11 @@ class NodeApi:
         audit: AuditLog | None = None,
         limits_of: Callable[[str], scheduler_pb2.TenantLimits | None] | None = None,
         on_token: Callable[[auth_pb2.ApiToken], None] | None = None,
+        unserved: Callable[[job_pb2.Job], str | None] | None = None,
     ) -> None:
         self.jobs = jobs
+        #: A warning when no connected worker could run a job's dispatches (None: one could).
+        self._unserved = unserved or (lambda _job: None)
         self.views = views
         self.clock = clock
         self.id_factory = id_factory
@@ -173,7 +176,18 @@ class NodeApi:
         (result,) = await self.jobs.create_jobs([job], now, [sched])
         if isinstance(result, SchedError):
             raise result
-        return scheduler_pb2.CreateJobResponse(job=result[0], created=result[1])
+        return scheduler_pb2.CreateJobResponse(
+            job=result[0], created=result[1], warnings=self._warnings(result[0], {})
+        )
+
+    def _warnings(self, job: job_pb2.Job, seen: dict[tuple[str, str, str], list[str]]) -> list[str]:
+        """What to tell the creator of ``job``; ``seen`` keeps one look per target in a batch."""
+        kind = job.WhichOneof("target") or ""
+        key = (job.handler.queue, kind, job.handler.name) if kind == "handler" else ("", kind, "")
+        if key not in seen:
+            warning = self._unserved(job)
+            seen[key] = [warning] if warning else []
+        return seen[key]
 
     async def batch_create_jobs(
         self, req: scheduler_pb2.BatchCreateJobsRequest
@@ -203,13 +217,16 @@ class NodeApi:
                 results.append(None)
             except SchedError as err:
                 results.append(scheduler_pb2.BatchCreateJobsResult(error=item_error(err)))
+        seen: dict[tuple[str, str, str], list[str]] = {}
         for n, outcome in zip(
             slots, await self.jobs.create_jobs(valid, now, schedules), strict=True
         ):
             if isinstance(outcome, SchedError):
                 results[n] = scheduler_pb2.BatchCreateJobsResult(error=item_error(outcome))
             else:
-                ok = scheduler_pb2.CreateJobResponse(job=outcome[0], created=outcome[1])
+                ok = scheduler_pb2.CreateJobResponse(
+                    job=outcome[0], created=outcome[1], warnings=self._warnings(outcome[0], seen)
+                )
                 results[n] = scheduler_pb2.BatchCreateJobsResult(ok=ok)
         note(
             tenant=",".join(sorted(adding)),

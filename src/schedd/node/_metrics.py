@@ -35,6 +35,16 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
     def pending() -> dict[tuple[str, ...], float]:
         return {(q,): float(n) for q, n in dispatcher.pending_by_queue().items()}
 
+    def unserved() -> dict[tuple[str, ...], float]:
+        return {(q,): float(n) for q, (n, _) in dispatcher.unserved_by_queue().items()}
+
+    def unserved_age() -> dict[tuple[str, ...], float]:
+        now = node.clock.now_ms()
+        return {
+            (q,): max(0, now - since) / 1000.0
+            for q, (_, since) in dispatcher.unserved_by_queue().items()
+        }
+
     def held() -> dict[tuple[str, ...], float]:
         return {(q,): float(n) for q, n in dispatcher.held_by_queue().items()}
 
@@ -52,6 +62,18 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
     rec.gauge("schedd_clock_skew_seconds", "This node's clock minus its peers' median", skew)
     rec.gauge(
         "schedd_dispatch_pending", "Executions waiting for a worker, per queue", pending, ["queue"]
+    )
+    rec.gauge(
+        "schedd_dispatch_unserved",
+        "Executions waiting for a worker that serves their handler or kind: none is connected",
+        unserved,
+        ["queue"],
+    )
+    rec.gauge(
+        "schedd_dispatch_unserved_seconds",
+        "How long the oldest of them has waited for a worker that serves it, per queue",
+        unserved_age,
+        ["queue"],
     )
     rec.gauge(
         "schedd_dispatch_held",

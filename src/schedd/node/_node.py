@@ -259,6 +259,7 @@ class Node:
         self.api = NodeApi(
             self.jobs, self.views, self.clock, auth=cfg.auth, audit=self.audit,
             limits_of=self.all_limits.get, on_token=registry.add if registry else None,
+            unserved=self.dispatcher.unserved_warning,
         )  # fmt: skip
         self.gate = ApiGate(
             auth=cfg.auth, tokens=registry, audit=self.audit,
@@ -593,11 +594,7 @@ class Node:
             for live in part.live.values()
             if matches(live.ex, req.job_id, req.tenant, states) and comes_after(live.ex, after)
         ]
-        live = []
-        for ex in heapq.nsmallest(limit, held, key=list_order):  # copied: memory moves on
-            copy = execution_pb2.Execution()
-            copy.CopyFrom(ex)
-            live.append(copy)
+        live = [self._with_waiting(ex) for ex in heapq.nsmallest(limit, held, key=list_order)]
         merged = merge_executions([done, live])
         more = len(done) >= limit or len(held) > limit or len(merged) > limit
         return merged[:limit], more
@@ -609,10 +606,18 @@ class Node:
         done = self.history.get(execution_id)
         found = [done] if done is not None else []
         if live is not None:
-            copy = execution_pb2.Execution()
-            copy.CopyFrom(live.ex)
-            found.append(copy)
+            found.append(self._with_waiting(live.ex))
         return max(found, key=advancement) if found else None
+
+    def _with_waiting(self, ex: execution_pb2.Execution) -> execution_pb2.Execution:
+        """A copy of a live execution (memory moves on), with why it waits for a worker."""
+        copy = execution_pb2.Execution()
+        copy.CopyFrom(ex)
+        reason = self.dispatcher.waiting_reason(ex.id)
+        if reason is not None:
+            copy.waiting = reason.text
+            copy.waiting_since_ms = reason.since_ms
+        return copy
 
     def local_status(self) -> peer_pb2.LocalStatus:
         membership, ownership = self._membership, self._ownership

@@ -66,13 +66,14 @@ def decode_page_token(token: str) -> Position | None:
         raise bad from exc
 
 
-def advancement(ex: execution_pb2.Execution) -> tuple[int, int, bool, int, int]:
+def advancement(ex: execution_pb2.Execution) -> tuple[int, int, bool, int, int, bool]:
     """How far an execution got; of two copies of one execution, the larger is kept.
 
     A later attempt wins (a redriven dead letter is alive again), then a newer hand-out (the
     fencing token strictly increases), then a final state over a live one (the result of the
     same hand-out), then running over dispatched over waiting (the owner's memory is ahead
-    of etcd, which is written only when the token changes).
+    of etcd, which is written only when the token changes). Of equals, the owner's copy
+    that says why it waits wins.
     """
     return (
         ex.attempt,
@@ -80,6 +81,7 @@ def advancement(ex: execution_pb2.Execution) -> tuple[int, int, bool, int, int]:
         ex.state in _TERMINAL,
         _PROGRESS.get(ex.state, 0),
         ex.finished_ms,
+        bool(ex.waiting),
     )
 
 

@@ -126,6 +126,8 @@ class Execution(_message.Message):
     PAYLOAD_OVERRIDE_FIELD_NUMBER: _builtins.int
     HAS_PAYLOAD_OVERRIDE_FIELD_NUMBER: _builtins.int
     THROTTLED_MS_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    WAITING_SINCE_MS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """"{job_id}@{scheduled_ms}": one per (job, scheduled fire time)."""
     job_id: _builtins.str
@@ -162,6 +164,14 @@ class Execution(_message.Message):
     """How long its tenant's limits (rate, running at once) held it past due_ms; 0 when they
     did not. dispatched_ms - due_ms minus this is the scheduler's own lateness.
     """
+    waiting: _builtins.str
+    """Set by the node holding it while it waits to go out to a worker, in words: "no worker
+    serves handler 'x' on queue 'q'", or that every worker for it is busy. Never stored.
+    """
+    waiting_since_ms: _builtins.int
+    """When it began to wait for a worker that serves it (wall ms); 0 when it waits for a
+    free slot only, or does not wait.
+    """
     def __init__(
         self,
         *,
@@ -189,10 +199,12 @@ class Execution(_message.Message):
         payload_override: _builtins.bytes = ...,
         has_payload_override: _builtins.bool = ...,
         throttled_ms: _builtins.int = ...,
+        waiting: _builtins.str = ...,
+        waiting_since_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "dispatched_ms", b"dispatched_ms", "due_ms", b"due_ms", "error", b"error", "fencing_token", b"fencing_token", "finished_ms", b"finished_ms", "handler", b"handler", "has_payload_override", b"has_payload_override", "id", b"id", "job_id", b"job_id", "max_attempts", b"max_attempts", "partition", b"partition", "payload_override", b"payload_override", "queue", b"queue", "reason", b"reason", "result", b"result", "scheduled_ms", b"scheduled_ms", "started_ms", b"started_ms", "state", b"state", "tenant", b"tenant", "throttled_ms", b"throttled_ms", "trigger", b"trigger", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "dispatched_ms", b"dispatched_ms", "due_ms", b"due_ms", "error", b"error", "fencing_token", b"fencing_token", "finished_ms", b"finished_ms", "handler", b"handler", "has_payload_override", b"has_payload_override", "id", b"id", "job_id", b"job_id", "max_attempts", b"max_attempts", "partition", b"partition", "payload_override", b"payload_override", "queue", b"queue", "reason", b"reason", "result", b"result", "scheduled_ms", b"scheduled_ms", "started_ms", b"started_ms", "state", b"state", "tenant", b"tenant", "throttled_ms", b"throttled_ms", "trigger", b"trigger", "waiting", b"waiting", "waiting_since_ms", b"waiting_since_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

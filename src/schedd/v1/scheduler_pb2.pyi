@@ -412,19 +412,27 @@ class CreateJobResponse(_message.Message):
 
     JOB_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
     """False when an existing job was returned for the same idempotency key."""
     @_builtins.property
     def job(self) -> _job_pb2.Job: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Things the caller should know and that did not stop the create, e.g. "no connected
+        worker serves handler 'x' on queue 'q': its runs will wait until one connects".
+        """
+
     def __init__(
         self,
         *,
         job: _job_pb2.Job | None = ...,
         created: _builtins.bool = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "job", b"job"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "job", b"job", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1151,6 +1159,8 @@ class WorkerStatus(_message.Message):
     PREFETCH_FIELD_NUMBER: _builtins.int
     HELD_FIELD_NUMBER: _builtins.int
     NODE_IDS_FIELD_NUMBER: _builtins.int
+    ACCEPTS_HTTP_FIELD_NUMBER: _builtins.int
+    ACCEPTS_SHELL_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     node_id: _builtins.str
     """The first of node_ids (kept for readers of one node's answer)."""
@@ -1160,6 +1170,9 @@ class WorkerStatus(_message.Message):
     prefetch: _builtins.int
     """How many not-yet-due executions it holds at most, and how many of in_flight it holds now."""
     held: _builtins.int
+    accepts_http: _builtins.bool
+    """Whether it runs http and shell jobs (beside the handlers it registered)."""
+    accepts_shell: _builtins.bool
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -1181,10 +1194,12 @@ class WorkerStatus(_message.Message):
         prefetch: _builtins.int = ...,
         held: _builtins.int = ...,
         node_ids: _abc.Iterable[_builtins.str] | None = ...,
+        accepts_http: _builtins.bool = ...,
+        accepts_shell: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "connected_ms", b"connected_ms", "handlers", b"handlers", "held", b"held", "in_flight", b"in_flight", "node_id", b"node_id", "node_ids", b"node_ids", "prefetch", b"prefetch", "queues", b"queues", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_http", b"accepts_http", "accepts_shell", b"accepts_shell", "capacity", b"capacity", "connected_ms", b"connected_ms", "handlers", b"handlers", "held", b"held", "in_flight", b"in_flight", "node_id", b"node_id", "node_ids", b"node_ids", "prefetch", b"prefetch", "queues", b"queues", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
