@@ -20,7 +20,7 @@ def _job(job_id: str) -> job_pb2.Job:
     spec = job_pb2.Job(
         id=job_id,
         tenant="acme",
-        name="hourly",
+        name=f"hourly-{job_id}",
         schedule=job_pb2.Schedule(expr="@every 1h", timezone="UTC"),
         handler=job_pb2.HandlerTarget(name="noop", queue="q"),
     )
@@ -94,6 +94,7 @@ async def test_a_repeated_idempotency_key_in_one_create_is_won_by_the_first_job(
     batch = [_job(f"j{i}") for i in range(6)]
     for n in (1, 4):
         batch[n].idempotency_key = "once"
+        batch[n].name = "once"  # the same spec but for the id
     out = await jobs.create_jobs(batch, NOW)
     first, later = out[1], out[4]
     assert isinstance(first, tuple) and first[0].id == "j1" and first[1]

@@ -10,8 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
+from schedd._errors import NotFound
 from schedd.cli._output import FORMATS
 from schedd.client import Client, ClientTls
+from schedd.v1 import job_pb2
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: Where schedctl looks when no endpoint is given.
@@ -55,6 +57,28 @@ class Settings:
 def settings() -> Settings:
     """The current command's settings."""
     return click.get_current_context().ensure_object(Settings)
+
+
+def find_job(ref: str) -> job_pb2.Job:
+    """The job ``ref`` names: its id, else its name (``TENANT/NAME`` for a tenant's)."""
+    tenant, _, name = ref.rpartition("/")  # names hold no "/": the tenant is what is before
+    client = settings().client()
+    if tenant:
+        return client.get_job_by_name(name, tenant)
+    return client.find_job(ref)
+
+
+def job_id_of(ref: str, *, gone_ok: bool = False) -> str:
+    """The id of the job ``ref`` names ("" stays "": no job filter). ``gone_ok``: a ref no
+    job has is taken as the id of a deleted one (its runs and dead letters outlive it)."""
+    if not ref:
+        return ""
+    try:
+        return find_job(ref).id
+    except NotFound:
+        if gone_ok and "/" not in ref:
+            return ref
+        raise
 
 
 def _set_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:

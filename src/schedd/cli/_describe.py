@@ -9,7 +9,7 @@ import click
 from rich.console import Group
 from rich.table import Table
 
-from schedd.cli._context import output_option, settings
+from schedd.cli._context import find_job, output_option, settings
 from schedd.cli._output import console, emit, key_value_table, local_time, relative, rows_table
 from schedd.client import execution_note, execution_to_dict, job_to_dict
 from schedd.client._fires import lateness_ms, next_fires
@@ -31,15 +31,16 @@ def _runs_table(runs: list[execution_pb2.Execution], now: int) -> Table:
 
 
 @click.command("describe")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @click.option("--fires", "n_fires", type=click.IntRange(0, 1000), default=5, show_default=True)
 @click.option("--runs", "n_runs", type=click.IntRange(0, 1000), default=10, show_default=True)
 @output_option
 def job_describe(job_id: str, n_fires: int, n_runs: int) -> None:
     """Show a job: its spec, its next fires (UTC and the job's zone), its last runs with
-    lateness and errors, and its dead letters."""
+    lateness and errors, and its dead letters. JOB is its id or its name."""
     client = settings().client()
-    job = client.get_job(job_id)
+    job = find_job(job_id)
+    job_id = job.id
     now = int(time.time() * 1000)
     fires = next_fires(job, now, n_fires)
     runs = list(client.list_executions(job_id=job_id, limit=n_runs)) if n_runs else []

@@ -13,6 +13,8 @@ import click
 from rich.table import Table
 
 from schedd.cli._context import (
+    find_job,
+    job_id_of,
     output_option,
     parse_json,
     parse_labels,
@@ -21,7 +23,7 @@ from schedd.cli._context import (
 )
 from schedd.cli._output import emit, local_time, relative, rows_table
 from schedd.cli._runs import emit_executions
-from schedd.client import UNSET, execution_to_dict, iso_utc, job_to_dict
+from schedd.client import UNSET, build_update, execution_to_dict, iso_utc, job_to_dict
 from schedd.v1 import job_pb2
 
 MISFIRE = click.Choice(["catch_up", "once", "skip"], case_sensitive=False)
@@ -189,11 +191,11 @@ def job_create(name: str, **opts: Any) -> None:
 
 
 @job_group.command("get")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @output_option
 def job_get(job_id: str) -> None:
-    """Show one job."""
-    emit_job(settings().client().get_job(job_id))
+    """Show one job. JOB is its id or its name."""
+    emit_job(find_job(job_id))
 
 
 def _list_once(tenant: str, prefix: str, limit: int) -> list[job_pb2.Job]:
@@ -230,7 +232,7 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
 
 
 @job_group.command("update")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @click.option("--name")
 @click.option("--schedule", "-s")
 @click.option("--tz")
@@ -252,7 +254,7 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
 @click.option("--expected-version", type=int, default=0)
 @output_option
 def job_update(job_id: str, **opts: Any) -> None:
-    """Change some fields of a job (only the options given)."""
+    """Change some fields of a job (only the options given). JOB is its id or its name."""
     payload: Any = UNSET
     if opts.pop("clear_payload"):
         payload = None
@@ -260,47 +262,51 @@ def job_update(job_id: str, **opts: Any) -> None:
     if raw is not None:
         payload = parse_json("--payload", raw)
     opts["labels"] = parse_labels(opts.pop("labels"))
+    build_update(job_id, payload=payload, **opts)  # bad local input fails before any call
+    job_id = job_id_of(job_id)
     emit_changed(settings().client().update_job(job_id, payload=payload, **opts), "updated")
 
 
 @job_group.command("delete")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @output_option
 def job_delete(job_id: str) -> None:
-    """Delete a job and its pending executions."""
+    """Delete a job: its executions not yet out are removed, those out on a worker or waiting
+    for one are cancelled. JOB is its id or its name."""
+    job_id = job_id_of(job_id)
     cancelled = settings().client().delete_job(job_id)
     emit(settings().output, {"id": job_id, "deleted": True, "cancelled_executions": cancelled})
 
 
 @job_group.command("pause")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @output_option
 def job_pause(job_id: str) -> None:
-    """Stop a job firing until resumed."""
-    emit_job(settings().client().pause_job(job_id))
+    """Stop a job firing until resumed. JOB is its id or its name."""
+    emit_job(settings().client().pause_job(job_id_of(job_id)))
 
 
 @job_group.command("resume")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @output_option
 def job_resume(job_id: str) -> None:
-    """Resume a paused job."""
-    emit_job(settings().client().resume_job(job_id))
+    """Resume a paused job. JOB is its id or its name."""
+    emit_job(settings().client().resume_job(job_id_of(job_id)))
 
 
 @job_group.command("trigger")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @click.option("--payload", help="JSON payload for this run only, @FILE or - for stdin.")
 @output_option
 def job_trigger(job_id: str, payload: str | None) -> None:
     """Run a job once, now."""
     value = parse_json("--payload", payload)
-    execution = settings().client().trigger_job(job_id, value)
+    execution = settings().client().trigger_job(job_id_of(job_id), value)
     emit(settings().output, execution_to_dict(execution))
 
 
 @job_group.command("backfill")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @click.option("--start", required=True, help="ISO-8601 time (inclusive).")
 @click.option("--end", required=True, help="ISO-8601 time (exclusive).")
 @click.option(
@@ -330,6 +336,7 @@ def job_backfill(
 
     start_ms, end_ms = parse_time_ms(start, "--start"), parse_time_ms(end, "--end")
     client = settings().client()
+    job_id = job_id_of(job_id)
     made: list[Any] = []
     existing: list[int] = []
     left, cursor, calls, began = 0, start_ms, 0, time.monotonic()

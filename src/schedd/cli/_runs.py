@@ -14,7 +14,7 @@ import click
 from rich.console import Group
 from rich.table import Table
 
-from schedd.cli._context import output_option, settings
+from schedd.cli._context import job_id_of, output_option, settings
 from schedd.cli._exit import warn_missing
 from schedd.cli._output import console, emit, local_time, rows_table
 from schedd.client import (
@@ -88,7 +88,7 @@ def run_group() -> None:
 
 
 @run_group.command("list")
-@click.option("--job", "job_id", default="", help="Only this job's executions.")
+@click.option("--job", "job_id", default="", help="Only this job's executions (its id or name).")
 @click.option("--state", "states", multiple=True, type=click.Choice(_STATES, case_sensitive=False))
 @click.option("--tenant", default="")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
@@ -109,6 +109,7 @@ def run_list(
     """
     values = [parse_state(s, "--state") for s in states]
     client = settings().client()
+    job_id = job_id_of(job_id, gone_ok=True)
     if not watch:
         listing = client.list_executions(job_id, values, tenant, limit)
         emit_executions(listing, listing.missing_nodes)
@@ -200,7 +201,9 @@ def dlq_group() -> None:
 @output_option
 def dlq_list(tenant: str, job_id: str, limit: int) -> None:
     """List dead executions."""
-    emit_executions(settings().client().list_dead_letters(tenant, job_id, limit))
+    emit_executions(
+        settings().client().list_dead_letters(tenant, job_id_of(job_id, gone_ok=True), limit)
+    )
 
 
 @dlq_group.command("redrive")
@@ -223,6 +226,7 @@ def dlq_redrive(
     if execution_ids and (tenant or job_id or everything):
         raise click.UsageError("give execution ids, or --tenant/--job/--all, not both")
     client = settings().client()
+    job_id = job_id_of(job_id, gone_ok=True)
     if not execution_ids:
         count = len(client.list_dead_letters(tenant, job_id, limit=1_000_000))
         scope = _scope(tenant, job_id)

@@ -14,7 +14,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 import grpc
 import grpc.aio
 
-from schedd._errors import InvalidArgument, SchedError
+from schedd._errors import InvalidArgument, NotFound, SchedError
 from schedd._metadata import AUTHORIZATION, MetadataInterceptor
 from schedd._status import from_rpc_error, item_error_to_exception
 from schedd.client._channel import ChannelSpec, TlsOption, channel_spec
@@ -204,6 +204,23 @@ class AsyncClient:
     async def get_job(self, job_id: str) -> job_pb2.Job:
         """The job with this id (``NotFound`` if none)."""
         return await self._call(self._stub.GetJob, scheduler_pb2.GetJobRequest(id=job_id))
+
+    async def get_job_by_name(self, name: str, tenant: str = "") -> job_pb2.Job:
+        """The job named ``name`` in ``tenant`` (empty: the token's tenant, else "default");
+        ``NotFound`` if none."""
+        req = scheduler_pb2.GetJobRequest(name=name, tenant=tenant)
+        return await self._call(self._stub.GetJob, req)
+
+    async def find_job(self, ref: str, tenant: str = "") -> job_pb2.Job:
+        """The job whose id is ``ref``, else the one named ``ref`` in ``tenant``."""
+        try:
+            return await self.get_job(ref)
+        except (NotFound, InvalidArgument):  # not an id, or no job has it
+            pass
+        try:
+            return await self.get_job_by_name(ref, tenant)
+        except NotFound:
+            raise NotFound(f"no job with id or name {ref!r}") from None
 
     async def list_jobs_page(
         self, tenant: str = "", name_prefix: str = "", page_size: int = 100, page_token: str = ""

@@ -170,6 +170,8 @@ class Client:
     create_job = _blocking(AsyncClient.create_job)
     create_jobs = _blocking(AsyncClient.create_jobs)
     get_job = _blocking(AsyncClient.get_job)
+    get_job_by_name = _blocking(AsyncClient.get_job_by_name)
+    find_job = _blocking(AsyncClient.find_job)
     list_jobs_page = _blocking(AsyncClient.list_jobs_page)
     list_jobs = _blocking_iter(AsyncClient.list_jobs)
     update_job = _blocking(AsyncClient.update_job)

@@ -29,6 +29,7 @@ from schedd.auth import (
 )
 from schedd.history import Position
 from schedd.model import (
+    DEFAULT_TENANT,
     apply_update,
     check_text,
     new_execution,
@@ -235,7 +236,14 @@ class NodeApi:
         return scheduler_pb2.BatchCreateJobsResponse(results=[r for r in results if r is not None])
 
     async def get_job(self, req: scheduler_pb2.GetJobRequest) -> job_pb2.Job:
-        return await self._job_for(req.id, write=False)
+        if req.id or not req.name:
+            return await self._job_for(req.id, write=False)
+        caller = self._caller()
+        tenant = caller.scope("tenant", req.tenant) or req.tenant or DEFAULT_TENANT
+        job = await self.jobs.find_by_name(tenant, check_text("name", req.name))
+        caller.check_job(job.id, job.tenant)
+        note(tenant=job.tenant, target=job.id)
+        return job
 
     async def list_jobs(self, req: scheduler_pb2.ListJobsRequest) -> scheduler_pb2.ListJobsResponse:
         jobs, token = await self.jobs.list_jobs(

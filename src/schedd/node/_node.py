@@ -212,19 +212,13 @@ class Node:
             max_message_bytes=cfg.max_message_bytes,
         )
         self.views = ClusterViews(self, self.fanout, self.jobs)
+        # Jobs stored before names were unique get their name keys (once per store); names
+        # they share are logged at ERROR with how to rename, and refused by name lookups.
+        await self.jobs.names.index_existing()
         await self._start_auth()
         await self._serve()
         await self.dispatcher.start()
-        if self.metrics is not None:
-            node_gauges(self, self.metrics)
-            if cfg.metrics_listen:
-                self.metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
-                await self.metrics_server.start()
-        if cfg.http_listen:
-            self.dashboard = DashboardServer(
-                self, cfg.http_listen, actions=cfg.http_actions, tls=cfg.tls
-            )
-            await self.dashboard.start()
+        await self._start_surfaces()
         await self._watch_tenants()
         self.notify = NotifyWatcher(self.kv, self.keys, self.partitions, self.clock)
         self.upkeep = StoreUpkeep(
@@ -243,6 +237,20 @@ class Node:
             "node %s serving on %s (P=%d, %s)", cfg.node_id, self.address, cfg.partitions,
             _security(cfg), extra={"node": cfg.node_id},
         )  # fmt: skip
+
+    async def _start_surfaces(self) -> None:
+        """The metrics endpoint and the dashboard, when configured."""
+        cfg = self.config
+        if self.metrics is not None:
+            node_gauges(self, self.metrics)
+            if cfg.metrics_listen:
+                self.metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
+                await self.metrics_server.start()
+        if cfg.http_listen:
+            self.dashboard = DashboardServer(
+                self, cfg.http_listen, actions=cfg.http_actions, tls=cfg.tls
+            )
+            await self.dashboard.start()
 
     async def _start_auth(self) -> None:
         """The client API behind its gate: tokens (with auth on), quotas, the audit trail;

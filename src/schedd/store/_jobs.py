@@ -16,11 +16,13 @@ from schedd._errors import (
     ExecutionNotFound,
     FailedPrecondition,
     JobNotFound,
+    NotFound,
     SchedError,
 )
 from schedd.model import new_execution, parse_execution_id, same_spec
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule
 from schedd.store._keys import Keys, partition_of
+from schedd.store._names import JobNames, check_unique_names, name_taken
 from schedd.store._notify import Notice
 from schedd.store._records import (
     FIRE,
@@ -66,9 +68,14 @@ CREATE_TXNS_IN_FLIGHT = 4
 
 
 def _needs_order(jobs: Sequence[job_pb2.Job]) -> bool:
-    """Two jobs of the call share an id or an idempotency key: the first must win."""
+    """Two jobs of the call share an id, a name or an idempotency key: the first must win."""
     keys = [(j.tenant, j.idempotency_key) for j in jobs if j.idempotency_key]
-    return len(keys) != len(set(keys)) or len({j.id for j in jobs}) != len(jobs)
+    names = {(j.tenant, j.name) for j in jobs}
+    return (
+        len(keys) != len(set(keys))
+        or len({j.id for j in jobs}) != len(jobs)
+        or len(names) != len(jobs)
+    )
 
 
 def _notify(
@@ -109,6 +116,7 @@ class JobStore:
         self.partitions = partitions
         self.batch = batch
         self.sealer = sealer or Sealer()
+        self.names = JobNames(kv, keys)
 
     def partition(self, job_id: str) -> int:
         return partition_of(job_id, self.partitions)
@@ -163,7 +171,12 @@ class JobStore:
         nested: list[Op] = []
         states: list[JobState] = []
         touched: dict[int, list[tuple[str, int, int]]] = {}
-        for job, schedule in zip(jobs, schedules, strict=True):
+        clashes = check_unique_names(jobs)  # a name twice in one txn would be refused whole
+        for n, (job, schedule) in enumerate(zip(jobs, schedules, strict=True)):
+            if n in clashes:
+                states.append(JobState())
+                nested.append(o.txn([], [], []))
+                continue
             job.partition = self.partition(job.id)
             state = first_state(job, now_ms - 1, schedule)
             states.append(state)
@@ -172,6 +185,9 @@ class JobStore:
                 o.put(k.job_key(job.id), self.sealer.job_value(job)),
                 o.put(k.state_key(job.id), state.encode()),
             ]
+            name = k.name_key(job.tenant, job.name)
+            cmps.append(o.cmp_create(name, 0))
+            ops.append(o.put(name, job.id.encode()))
             if job.idempotency_key:
                 idem = k.idem_key(job.tenant, job.idempotency_key)
                 cmps.append(o.cmp_create(idem, 0))
@@ -188,7 +204,9 @@ class JobStore:
         rev = resp.revision
         out: list[tuple[job_pb2.Job, bool] | SchedError] = []
         for n, job in enumerate(jobs):
-            if resp.txn_succeeded(n):
+            if n in clashes:
+                out.append(await self._explain_create_failure(job, clashes[n]))
+            elif resp.txn_succeeded(n):
                 job.version = rev
                 job.next_fire_ms = states[n].next_fire_ms
                 out.append((job, True))
@@ -197,7 +215,7 @@ class JobStore:
         return out
 
     async def _explain_create_failure(
-        self, job: job_pb2.Job
+        self, job: job_pb2.Job, name_clash: SchedError | None = None
     ) -> tuple[job_pb2.Job, bool] | SchedError:
         if job.idempotency_key:
             kv = await self.kv.get(self.keys.idem_key(job.tenant, job.idempotency_key))
@@ -214,7 +232,23 @@ class JobStore:
                     f"idempotency key {job.idempotency_key!r} belongs to job {existing.id!r} "
                     "with a different spec"
                 )
-        return AlreadyExists(f"job {job.id!r} already exists")
+        if await self.kv.get(self.keys.job_key(job.id)) is not None:
+            return AlreadyExists(f"job {job.id!r} already exists")
+        holder = await self.names.find(job.tenant, job.name)
+        if holder is not None and holder != job.id:
+            return name_taken(job.tenant, job.name, holder)
+        return name_clash or Conflict(f"job {job.id!r}: created concurrently; retry")
+
+    async def find_by_name(self, tenant: str, name: str) -> job_pb2.Job:
+        """The job named ``name`` in ``tenant``.
+
+        Raises:
+            NotFound: no such job; FailedPrecondition: older jobs share the name.
+        """
+        job_id = await self.names.find(tenant, name)
+        if job_id is None:
+            raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
+        return await self.get_job(job_id)
 
     # -- read -----------------------------------------------------------------------------------
 
@@ -357,6 +391,11 @@ class JobStore:
         k, o, job_id = self.keys, self.ops, stored.job.id
         p = self.partition(job_id)
         cmps, ops, due_keys, _ = self._drop_future_runs(runs, now_ms, all_triggers=False)
+        name_cmps, name_ops = await self.names.move(
+            job_id, stored.job.tenant, stored.job.name, new.name
+        )
+        cmps += name_cmps
+        ops += name_ops
         state = first_state(new, now_ms)
         state.last_fire_ms = stored.state.last_fire_ms
         cmps += [
@@ -422,6 +461,11 @@ class JobStore:
             if stored.job.idempotency_key:
                 ops.append(o.delete(k.idem_key(stored.job.tenant, stored.job.idempotency_key)))
             ops.append(o.delete(k.tenant_job_key(stored.job.tenant, job_id)))
+            name_cmps, name_ops = await self.names.release(
+                job_id, stored.job.tenant, stored.job.name
+            )
+            cmps += name_cmps
+            ops += name_ops
             ckpts = k.ckpt_job_prefix(p, job_id)
             ops.append(o.delete(ckpts, prefix_end(ckpts)))
             ops += _notify(o, k, {p: [job_id]})

@@ -125,6 +125,19 @@ class Keys:
     def audit_key(self, at_ms: int, node_id: str, seq: int) -> bytes:
         return self.audit_prefix() + b"%013d/" % at_ms + f"{node_id}/{seq:08d}".encode()
 
+    def names_prefix(self) -> bytes:
+        return self.prefix + b"names/"
+
+    def name_key(self, tenant: str, name: str) -> bytes:
+        """The job named ``name`` in ``tenant`` (its value: the job id). The tenant goes in
+        with its length, so no tenant and name pair reads as another."""
+        t = tenant.encode()
+        return self.names_prefix() + b"%d:" % len(t) + t + b"/" + name.encode()
+
+    def names_indexed_key(self) -> bytes:
+        """Set once every job stored before names were unique has its name key."""
+        return self.prefix + b"meta/names-indexed"
+
     def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
         return self.prefix + f"idem/{tenant}/".encode() + idempotency_key.encode()
 
