@@ -173,8 +173,10 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
                 what="a new run on the live page",
             )
             assert await page.evaluate("window.__noReload") is True
-            link = page.locator("#runs tbody tr td:nth-child(2) a").first
-            assert await link.get_attribute("href") == f"/jobs/{await link.inner_text()}"
+            # The job column names the job and links to its page (by id), also after the
+            # live update re-rendered it.
+            link = page.locator("#runs tbody tr td:nth-child(2) a", has_text="ticker").first
+            assert await link.get_attribute("href") == f"/jobs/{ticker.id}"
             await _shot(page, "runs")
 
             # Dead letters and the lateness chart.
@@ -184,6 +186,9 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
             assert states == ["DEAD"]
             await page.goto(base + "dead")
             assert dead[0].id in await page.locator("#dead").inner_text()
+            doomed_cell = page.locator("#dead tbody tr td:nth-child(2)")
+            assert await doomed_cell.inner_text() == "doomed"  # the job's name, linked
+            assert await doomed_cell.locator("a").get_attribute("href") == f"/jobs/{doomed.id}"
             await _shot(page, "dead")
             await page.goto(base + "lateness")
             assert await page.locator("svg.chart rect.bar").count() >= 1
@@ -238,6 +243,16 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
                 lambda n: n > failed_before,
                 what="the redriven run",
             )
+            # Its job deleted, a dead letter names the id, and links nowhere (no 404).
+            await eventually(
+                lambda: client.list_dead_letters(job_id=doomed.id),
+                lambda d: len(d) == 1,
+                what="the redriven run dead again",
+            )
+            await client.delete_job(doomed.id)
+            await page.goto(base + "dead")
+            assert await doomed_cell.inner_text() == f"{doomed.id} (deleted)"
+            assert await doomed_cell.locator("a").count() == 0
             await browser.close()
     finally:
         await read_only.stop()

@@ -53,7 +53,7 @@ def emit_jobs(jobs: list[job_pb2.Job]) -> None:
                 j.tenant,
                 f"{j.schedule.expr} [{j.schedule.timezone}]",
                 _target_text(j),
-                "paused" if j.paused else "active",
+                job_state_word(j),
                 local_time(j.next_fire_ms, now),
             )
             for j in jobs
@@ -62,6 +62,13 @@ def emit_jobs(jobs: list[job_pb2.Job]) -> None:
         return rows_table(cols, rows)
 
     emit(settings().output, [job_to_dict(j) for j in jobs], table)
+
+
+def job_state_word(job: job_pb2.Job) -> str:
+    """``paused``, ``completed`` (no fire left: a one-shot that has fired) or ``active``."""
+    if job.paused:
+        return "paused"
+    return "active" if job.next_fire_ms else "completed"
 
 
 def emit_job(job: job_pb2.Job) -> None:

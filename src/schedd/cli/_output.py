@@ -24,11 +24,13 @@ def console() -> Console:
 
 
 def local_time(ms: int, now_ms: int | None = None) -> str:
-    """``ms`` in this machine's time zone with a relative hint: ``2026-03-08 08:00:00 (in 2h)``."""
+    """``ms`` in this machine's time zone, named, with a relative hint:
+    ``2026-03-08 08:00:00 CET (in 2h)`` (a table never shows a time without its zone)."""
     if not ms:
         return "-"
     when = datetime.fromtimestamp(ms / 1000).astimezone()
-    return f"{when:%Y-%m-%d %H:%M:%S} ({relative(ms, now_ms)})"
+    zone = when.tzname() or when.strftime("%z")
+    return f"{when:%Y-%m-%d %H:%M:%S} {zone} ({relative(ms, now_ms)})"
 
 
 def relative(ms: int, now_ms: int | None = None) -> str:

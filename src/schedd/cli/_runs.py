@@ -47,6 +47,7 @@ def emit_executions(
         rows = [
             (
                 e.id,
+                e.job_name or "(deleted)",
                 state_name(e.state),
                 e.attempt,
                 local_time(e.scheduled_ms, now),
@@ -56,7 +57,7 @@ def emit_executions(
             )
             for e in executions
         ]
-        cols = ("ID", "STATE", "ATTEMPT", "SCHEDULED", "WORKER", "TOKEN", "ERROR/REASON")
+        cols = ("ID", "JOB", "STATE", "ATTEMPT", "SCHEDULED", "WORKER", "TOKEN", "ERROR/REASON")
         return rows_table(cols, rows)
 
     rows = [execution_to_dict(e) for e in executions]

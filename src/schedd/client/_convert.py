@@ -169,7 +169,12 @@ def job_to_dict(job: job_pb2.Job) -> dict[str, Any]:
 def execution_to_dict(execution: execution_pb2.Execution) -> dict[str, Any]:
     """A JSON-friendly dict of an execution; ``scheduled_time`` is the fire time in UTC."""
     e = execution
-    out: dict[str, Any] = {"id": e.id, "job_id": e.job_id, "tenant": e.tenant}
+    out: dict[str, Any] = {
+        "id": e.id,
+        "job_id": e.job_id,
+        "job_name": e.job_name,
+        "tenant": e.tenant,
+    }
     for name in ("scheduled", "due", "dispatched", "started", "finished"):
         _time_pair(out, name, getattr(e, f"{name}_ms"))
     out.update(

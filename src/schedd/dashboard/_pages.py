@@ -207,12 +207,20 @@ def job_body(
     ])  # fmt: skip
 
 
+def job_cell(job_id: str, name: str) -> Markup:
+    """A run's job: its name, linked to its page; a deleted job's id, not linked (no 404)."""
+    if not name:
+        return tag("span", f"{job_id} (deleted)", class_="gone")
+    return link(job_href(job_id), name)
+
+
 def run_row(r: execution_pb2.Execution) -> list[str]:
-    """A runs-table row (the same cells the JSON endpoint gives the live update)."""
+    """A runs-table row (the same cells the JSON endpoint gives the live update; the job
+    cell's id and name go beside them, see :func:`job_cell`)."""
     late = lateness_ms(r)
     return [
         r.id,
-        r.job_id,
+        r.job_name or r.job_id,
         fmt_ms(r.scheduled_ms),
         state_name(r.state),
         str(r.attempt),
@@ -240,7 +248,7 @@ def runs_body(runs: Sequence[execution_pb2.Execution], state: str) -> Markup:
     )  # fmt: skip
     src = "/api/runs" + (f"?state={quote(state)}" if state else "")
     live = tag("p", f"{len(runs)} runs, updating every 2 s", id="live-status")
-    rows = ([r[0], link(job_href(r[1]), r[1]), *r[2:]] for r in map(run_row, runs))
+    rows = ([(c := run_row(r))[0], job_cell(r.job_id, r.job_name), *c[2:]] for r in runs)
     tbl = table(RUN_HEADERS, rows, id_="runs")
     return join([form, live, tag("div", tbl, id="runs-live", data_src=src)])
 
@@ -251,7 +259,7 @@ def dead_body(dead: Sequence[execution_pb2.Execution], token: str | None) -> Mar
         return tag("p", "no dead letters", class_="empty")
     rows = []
     for d in dead:
-        row: list[object] = [d.id, link(job_href(d.job_id), d.job_id), d.tenant,
+        row: list[object] = [d.id, job_cell(d.job_id, d.job_name), d.tenant,
                              fmt_ms(d.scheduled_ms), d.attempt, _error(d)]  # fmt: skip
         if token is not None:
             row.append(action_form("redrive", d.id, token, "Redrive", f"Redrive {d.id}?"))

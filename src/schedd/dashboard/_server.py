@@ -335,7 +335,11 @@ class DashboardServer:
         except SchedError as exc:
             return web.json_response({"error": str(exc)}, status=503)
         return web.json_response(
-            {"headers": list(pages.RUN_HEADERS), "rows": [pages.run_row(r) for r in runs]}
+            {
+                "headers": list(pages.RUN_HEADERS),
+                "rows": [pages.run_row(r) for r in runs],
+                "jobs": [[r.job_id, r.job_name] for r in runs],
+            }
         )
 
     async def _dead(self, request: web.Request) -> web.Response:

@@ -394,6 +394,7 @@ class NodeApi:
         ex = await self.views.get_execution(validate_execution_id("id", req.id))
         if not self._caller().sees(ex.tenant):
             raise ExecutionNotFound(ex.id)
+        await self.jobs.name_runs([ex])
         return ex
 
     async def _execution_for(self, execution_id: str) -> None:
@@ -427,7 +428,9 @@ class NodeApi:
             scoped.tenant = tenant
             req = scoped
         after = decode_page_token(req.page_token)
-        return await self.views.list_executions(req, after, size)
+        resp = await self.views.list_executions(req, after, size)
+        await self.jobs.name_runs(resp.executions)
+        return resp
 
     async def list_dead_letters(
         self, req: scheduler_pb2.ListDeadLettersRequest
@@ -442,9 +445,9 @@ class NodeApi:
         rows.sort(key=lambda e: (e.scheduled_ms, e.id), reverse=True)
         start = int(req.page_token) if req.page_token.isdigit() else 0
         token = str(start + size) if start + size < len(rows) else ""
-        return scheduler_pb2.ListDeadLettersResponse(
-            executions=rows[start : start + size], next_page_token=token
-        )
+        page = rows[start : start + size]
+        await self.jobs.name_runs(page)
+        return scheduler_pb2.ListDeadLettersResponse(executions=page, next_page_token=token)
 
     async def redrive(
         self, req: scheduler_pb2.RedriveDeadLettersRequest

@@ -239,6 +239,19 @@ class JobStore:
             return name_taken(job.tenant, job.name, holder)
         return name_clash or Conflict(f"job {job.id!r}: created concurrently; retry")
 
+    async def name_runs(self, executions: Sequence[execution_pb2.Execution]) -> None:
+        """Fills in each execution's ``job_name`` (one read of the jobs they belong to; a
+        deleted job's stay empty). Names are never sealed."""
+        ids = sorted({ex.job_id for ex in executions})
+        if not ids:
+            return
+        kvs = await self.kv.get_many([self.keys.job_key(j) for j in ids])
+        names = {
+            j: job_pb2.Job.FromString(kv.value).name for j, kv in zip(ids, kvs, strict=True) if kv
+        }
+        for ex in executions:
+            ex.job_name = names.get(ex.job_id, "")
+
     async def find_by_name(self, tenant: str, name: str) -> job_pb2.Job:
         """The job named ``name`` in ``tenant``.
 

@@ -128,6 +128,7 @@ class Execution(_message.Message):
     THROTTLED_MS_FIELD_NUMBER: _builtins.int
     WAITING_FIELD_NUMBER: _builtins.int
     WAITING_SINCE_MS_FIELD_NUMBER: _builtins.int
+    JOB_NAME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """"{job_id}@{scheduled_ms}": one per (job, scheduled fire time)."""
     job_id: _builtins.str
@@ -172,6 +173,10 @@ class Execution(_message.Message):
     """When it began to wait for a worker that serves it (wall ms); 0 when it waits for a
     free slot only, or does not wait.
     """
+    job_name: _builtins.str
+    """The job's name, filled in where executions are listed or shown (empty when the job has
+    been deleted since). Never stored.
+    """
     def __init__(
         self,
         *,
@@ -201,10 +206,11 @@ class Execution(_message.Message):
         throttled_ms: _builtins.int = ...,
         waiting: _builtins.str = ...,
         waiting_since_ms: _builtins.int = ...,
+        job_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "dispatched_ms", b"dispatched_ms", "due_ms", b"due_ms", "error", b"error", "fencing_token", b"fencing_token", "finished_ms", b"finished_ms", "handler", b"handler", "has_payload_override", b"has_payload_override", "id", b"id", "job_id", b"job_id", "max_attempts", b"max_attempts", "partition", b"partition", "payload_override", b"payload_override", "queue", b"queue", "reason", b"reason", "result", b"result", "scheduled_ms", b"scheduled_ms", "started_ms", b"started_ms", "state", b"state", "tenant", b"tenant", "throttled_ms", b"throttled_ms", "trigger", b"trigger", "waiting", b"waiting", "waiting_since_ms", b"waiting_since_ms", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "dispatched_ms", b"dispatched_ms", "due_ms", b"due_ms", "error", b"error", "fencing_token", b"fencing_token", "finished_ms", b"finished_ms", "handler", b"handler", "has_payload_override", b"has_payload_override", "id", b"id", "job_id", b"job_id", "job_name", b"job_name", "max_attempts", b"max_attempts", "partition", b"partition", "payload_override", b"payload_override", "queue", b"queue", "reason", b"reason", "result", b"result", "scheduled_ms", b"scheduled_ms", "started_ms", b"started_ms", "state", b"state", "tenant", b"tenant", "throttled_ms", b"throttled_ms", "trigger", b"trigger", "waiting", b"waiting", "waiting_since_ms", b"waiting_since_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

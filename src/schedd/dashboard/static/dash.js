@@ -22,15 +22,21 @@ document.addEventListener("DOMContentLoaded", function () {
     var body = document.getElementById("runs").querySelector("tbody") ||
       document.getElementById("runs");
     var rows = document.createDocumentFragment();
-    data.rows.forEach(function (cells) {
+    data.rows.forEach(function (cells, row) {
       var tr = document.createElement("tr");
+      var job = data.jobs[row];  // [id, name]; no name: the job was deleted
       cells.forEach(function (cell, i) {
         var td = document.createElement("td");
-        if (i === 1) {  // the job: a link to its page
+        if (i === 1 && job[1]) {  // the job: its name, a link to its page
           var a = document.createElement("a");
-          a.href = "/jobs/" + encodeURIComponent(cell);
-          a.textContent = cell;
+          a.href = "/jobs/" + encodeURIComponent(job[0]);
+          a.textContent = job[1];
           td.appendChild(a);
+        } else if (i === 1) {
+          var gone = document.createElement("span");
+          gone.className = "gone";
+          gone.textContent = job[0] + " (deleted)";
+          td.appendChild(gone);
         } else {
           td.textContent = cell;
         }
