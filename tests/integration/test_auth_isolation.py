@@ -290,7 +290,7 @@ async def test_bootstrap_then_schedctl_tokens_audit_and_clear_errors(t: Tenants)
     code, _, err = await _run(*ctl, "token", "list", env=editor_env)
     assert code == 6 and "admin" in err, err
     code, out, err = await _run(*ctl, "token", "list", "-o", "json", env=env)
-    assert code == 0 and {tk["id"] for tk in json.loads(out)} >= {made["id"]}, err
+    assert code == 0 and {tk["id"] for tk in json.loads(out)["tokens"]} >= {made["id"]}, err
     assert "secret" not in out and "hash" not in out
     code, out, err = await _run(*ctl, "token", "revoke", made["id"], env=env)
     assert code == 0, err
@@ -298,10 +298,10 @@ async def test_bootstrap_then_schedctl_tokens_audit_and_clear_errors(t: Tenants)
     assert code == 6 and "revoked" in err, err
     code, out, err = await _run(*ctl, "audit", "list", "--since", "1h", "-o", "json", env=env)
     assert code == 0, err
-    methods = [(e["method"], e["code"]) for e in json.loads(out)]
+    methods = [(e["method"], e["code"]) for e in json.loads(out)["entries"]]
     assert ("CreateToken", "OK") in methods and ("CreateJob", "OK") in methods
     assert ("RevokeToken", "OK") in methods
-    boot = [e for e in json.loads(out) if e["actor"] == "bootstrap"]
+    boot = [e for e in json.loads(out)["entries"] if e["actor"] == "bootstrap"]
     assert boot and boot[0]["method"] == "CreateToken" and boot[0]["target"].endswith("(admin)")
     code, out, err = await _run(*ctl, "audit", "list", "--since", "1h", env=env)
     assert code == 0 and "RevokeToken" in out, err

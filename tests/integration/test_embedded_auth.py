@@ -69,7 +69,7 @@ def test_tokens_and_audit_on_one_machine(tmp_path: Path) -> None:
         assert anonymous.returncode != 0 and "Traceback" not in anonymous.stderr
         audit = _ctl(listen, secret, "audit", "list", "-o", "json")
         assert audit.returncode == 0, audit.stderr
-        methods = [e["method"] for e in json.loads(audit.stdout)]
+        methods = [e["method"] for e in json.loads(audit.stdout)["entries"]]
         assert methods[0] == "CreateToken"  # the bootstrap, recorded by schedd token create
         assert "CreateJob" in methods and methods.count("CreateToken") == 2
     finally:

@@ -169,7 +169,7 @@ async def test_dead_letters_list_and_redrive(h: Harness) -> None:
     async def dead() -> list[dict[str, Any]]:
         code, out, err = await ctl(h, "dlq", "list", "-o", "json")
         assert code == 0, err
-        return [d for d in json.loads(out) if d["job_id"] == job_id]
+        return [d for d in json.loads(out)["executions"] if d["job_id"] == job_id]
 
     rows = await eventually(dead, lambda d: len(d) == 1, what="a dead letter")
     code, _, err = await ctl(h, "dlq", "redrive", rows[0]["id"])
@@ -183,9 +183,9 @@ async def test_redrive_all_retry_knobs_and_payload_files(h: Harness, tmp_path: P
     payload_file = tmp_path / "payload.json"
     payload_file.write_text('{"from": "file"}')
     ids = []
-    for payload, stdin in ((f"@{payload_file}", None), ("-", b'{"from": "stdin"}')):
+    for n, (payload, stdin) in enumerate(((f"@{payload_file}", None), ("-", b'{"from": "stdin"}'))):
         code, out, err = await ctl(
-            h, "job", "create", "doomed", "--schedule", "@after 1s", "--handler", "fail",
+            h, "job", "create", f"doomed-{n}", "--schedule", "@after 1s", "--handler", "fail",
             "--max-attempts", "1", "--payload", payload, "-o", "json", stdin=stdin,
         )  # fmt: skip
         assert code == 0, err
@@ -228,18 +228,18 @@ async def test_redrive_all_retry_knobs_and_payload_files(h: Harness, tmp_path: P
     async def dead() -> list[str]:
         code, out, err = await ctl(h, "dlq", "list", "-o", "json")
         assert code == 0, err
-        return sorted(d["job_id"] for d in json.loads(out))
+        return sorted(d["job_id"] for d in json.loads(out)["executions"])
 
     await eventually(dead, lambda d: d == sorted(ids), what="two dead letters")
     code, out, err = await ctl(h, "dlq", "redrive", "--all", "-o", "json")
     assert code == 0, err
     assert "redrove 2 dead letters" in err
-    assert sorted(e["job_id"] for e in json.loads(out)) == sorted(ids)
+    assert sorted(e["job_id"] for e in json.loads(out)["executions"]) == sorted(ids)
 
     async def attempts() -> list[int]:
         code, out, err = await ctl(h, "dlq", "list", "-o", "json")
         assert code == 0, err
-        return sorted(d["attempt"] for d in json.loads(out))
+        return sorted(d["attempt"] for d in json.loads(out)["executions"])
 
     # "fail" always fails: both ran once more and are back, after their second attempt
     await eventually(attempts, lambda a: a == [2, 2], what="the redriven runs to fail again")
@@ -268,7 +268,8 @@ async def test_backfill_dry_run_steps_and_rate(h: Harness) -> None:
     async def backfill(*args: str) -> tuple[list[dict[str, Any]], str]:
         code, out, err = await ctl(h, "job", "backfill", job_id, *args, "-o", "json")
         assert code == 0, err
-        return json.loads(out), err
+        doc = json.loads(out)  # a dry run lists fires, a backfill the executions it made
+        return doc["fires" if "--dry-run" in args else "executions"], err
 
     rows, err = await backfill("--start", _iso_utc(a), "--end", _iso_utc(b), "--dry-run")
     assert [r["action"] for r in rows] == ["create"] * 20

@@ -294,6 +294,6 @@ async def test_bad_limits_are_refused_with_the_field_named(kinds: KindsCluster) 
         assert needle in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1, err
     code, out, err = await ctl(kinds, "tenant", "list", "-o", "json")
-    assert code == 0 and json.loads(out) == [], out
+    assert code == 0 and json.loads(out) == {"tenants": []}, out
     code, out, err = await ctl(kinds, "tenant", "delete", "nobody")
     assert code == 3 and "nobody" in err, err

@@ -10,7 +10,7 @@ from rich.table import Table
 from schedd._errors import InvalidArgument
 from schedd.auth import ROLES
 from schedd.cli._context import output_option, settings
-from schedd.cli._output import emit, local_time, rows_table
+from schedd.cli._output import emit, emit_list, local_time, rows_table
 from schedd.client import audit_to_dict, token_to_dict
 from schedd.schedule import parse_duration_ms
 from schedd.v1 import auth_pb2
@@ -51,7 +51,10 @@ def _tokens_table(tokens: list[auth_pb2.ApiToken]) -> Table:
 
 def _emit_tokens(tokens: list[auth_pb2.ApiToken], one: bool) -> None:
     dicts = [token_to_dict(t) for t in tokens]
-    emit(settings().output, dicts[0] if one else dicts, table=lambda: _tokens_table(tokens))
+    if one:
+        emit(settings().output, dicts[0], table=lambda: _tokens_table(tokens))
+    else:
+        emit_list(settings().output, "tokens", dicts, lambda: _tokens_table(tokens))
 
 
 @click.group("token")
@@ -148,4 +151,4 @@ def audit_list(since: str, tenant: str, actor: str, limit: int) -> None:
         for e in entries
     ]  # fmt: skip
     dicts = [audit_to_dict(e) for e in entries]
-    emit(settings().output, dicts, table=lambda: rows_table(_AUDIT_COLUMNS, rows))
+    emit_list(settings().output, "entries", dicts, lambda: rows_table(_AUDIT_COLUMNS, rows))

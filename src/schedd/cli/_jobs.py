@@ -21,7 +21,7 @@ from schedd.cli._context import (
     parse_pairs,
     settings,
 )
-from schedd.cli._output import emit, local_time, relative, rows_table
+from schedd.cli._output import emit, emit_list, local_time, relative, rows_table
 from schedd.cli._runs import emit_executions
 from schedd.client import UNSET, build_update, execution_to_dict, iso_utc, job_to_dict
 from schedd.v1 import job_pb2
@@ -61,7 +61,7 @@ def emit_jobs(jobs: list[job_pb2.Job]) -> None:
         cols = ("ID", "NAME", "TENANT", "SCHEDULE", "TARGET", "STATE", "NEXT FIRE")
         return rows_table(cols, rows)
 
-    emit(settings().output, [job_to_dict(j) for j in jobs], table)
+    emit_list(settings().output, "jobs", [job_to_dict(j) for j in jobs], table)
 
 
 def job_state_word(job: job_pb2.Job) -> str:
@@ -378,8 +378,9 @@ def job_backfill(
     )
     fmt = settings().output
     data = [{"scheduled_ms": ms, "scheduled_time": iso_utc(ms), "action": a} for ms, a in rows]
-    emit(
+    emit_list(
         fmt,
+        "fires",
         data,
         lambda: rows_table(["scheduled (UTC)", "local", "action"], [
             (iso_utc(ms), local_time(ms), a) for ms, a in rows

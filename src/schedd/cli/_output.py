@@ -74,6 +74,22 @@ def emit(
     out.flush()
 
 
+def emit_list(
+    fmt: str,
+    key: str,
+    rows: list[dict[str, Any]],
+    table: Callable[[], Table],
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """A listing, one shape for every list: ``{key: rows, ...extra}`` as json or yaml (so a
+    script reads ``.jobs``, ``.executions``, ``.tokens`` ... alike), one row per line as
+    jsonl, else ``table``."""
+    if fmt in ("json", "yaml"):
+        emit(fmt, {key: rows, **(extra or {})})
+    else:
+        emit(fmt, rows, table)
+
+
 def key_value_table(data: dict[str, Any]) -> Table:
     """A two-column table of a flat or nested dict (nested values shown as JSON)."""
     table = Table(show_header=False, box=None, pad_edge=False)

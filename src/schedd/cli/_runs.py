@@ -16,7 +16,7 @@ from rich.table import Table
 
 from schedd.cli._context import job_id_of, output_option, settings
 from schedd.cli._exit import warn_missing
-from schedd.cli._output import console, emit, local_time, rows_table
+from schedd.cli._output import console, emit, emit_list, local_time, rows_table
 from schedd.client import (
     Client,
     cluster_status_to_dict,
@@ -36,10 +36,11 @@ def emit_executions(
     executions: list[execution_pb2.Execution],
     missing: Sequence[scheduler_pb2.MissingNode] | None = None,
 ) -> None:
-    """Print executions as a table or as a list of dicts.
+    """Print executions as a table, or ``{"executions": [...]}`` as json or yaml (one per line
+    as jsonl).
 
     ``missing`` (a cluster-wide listing): the nodes that did not answer. They get one warning
-    line on stderr; ``-o json``/``yaml`` print ``{"executions": [...], "missing_nodes": [...]}``.
+    line on stderr, and ``"missing_nodes": [...]`` beside the executions.
     """
     now = int(time.time() * 1000)
 
@@ -61,11 +62,11 @@ def emit_executions(
         return rows_table(cols, rows)
 
     rows = [execution_to_dict(e) for e in executions]
-    if missing is None:
-        emit(settings().output, rows, table)
-        return
-    warn_missing(missing)
-    emit_listing("executions", rows, missing, table)
+    extra = None
+    if missing is not None:
+        warn_missing(missing)
+        extra = {"missing_nodes": missing_nodes_to_dicts(missing)}
+    emit_list(settings().output, "executions", rows, table, extra)
 
 
 def emit_listing(
@@ -76,11 +77,8 @@ def emit_listing(
 ) -> None:
     """A cluster-wide listing: ``{key: rows, "missing_nodes": [...]}`` as json or yaml, the
     rows alone as jsonl or a table."""
-    fmt = settings().output
-    if fmt in ("json", "yaml"):
-        emit(fmt, {key: rows, "missing_nodes": missing_nodes_to_dicts(missing)})
-    else:
-        emit(fmt, rows, table)
+    extra = {"missing_nodes": missing_nodes_to_dicts(missing)}
+    emit_list(settings().output, key, rows, table, extra)
 
 
 @click.group("run")

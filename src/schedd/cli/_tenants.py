@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from schedd.cli._context import output_option, settings
-from schedd.cli._output import emit, local_time, rows_table
+from schedd.cli._output import emit, emit_list, local_time, rows_table
 from schedd.client import tenant_limits_to_dict
 from schedd.v1 import scheduler_pb2
 
@@ -31,7 +31,10 @@ def _table(limits: list[scheduler_pb2.TenantLimits]) -> Table:
 
 def _emit(limits: list[scheduler_pb2.TenantLimits], one: bool) -> None:
     dicts = [tenant_limits_to_dict(t) for t in limits]
-    emit(settings().output, dicts[0] if one else dicts, table=lambda: _table(limits))
+    if one:
+        emit(settings().output, dicts[0], table=lambda: _table(limits))
+    else:
+        emit_list(settings().output, "tenants", dicts, lambda: _table(limits))
 
 
 @click.group("tenant")

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,8 @@ class Worker:
         self._status_query: StatusQuery | None = None
         self._stopped: asyncio.Event | None = None
         self._stopping = False
+        self._sync_loop: asyncio.AbstractEventLoop | None = None  # run_sync's, while it runs
+        self._stop_task: asyncio.Future[None] | None = None
         self._pool_threads: ThreadPoolExecutor | None = None
         self.pool = CreditPool(self.capacity)
         self.holds = CreditPool(self.prefetch, hold=True)
@@ -347,15 +350,32 @@ class Worker:
                     log.exception("closing the %s executor failed", type(executor).__name__)
 
     def run_sync(self) -> None:
-        """Run until SIGINT or SIGTERM, then stop gracefully."""
+        """Run on an event loop of its own until stopped, then stop gracefully: on the main
+        thread by SIGINT or SIGTERM; on any thread by :meth:`stop_soon` (signals reach only
+        the main thread, so none is installed elsewhere)."""
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
-            await self.run()
+            self._sync_loop = loop
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, self._stop_now)
+            try:
+                await self.run()
+            finally:
+                self._sync_loop = None
 
         asyncio.run(main())
+
+    def stop_soon(self) -> None:
+        """Asks a worker run by :meth:`run_sync` to stop gracefully; callable from any
+        thread (a no-op when it is not running)."""
+        loop = self._sync_loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._stop_now)
+
+    def _stop_now(self) -> None:
+        self._stop_task = asyncio.ensure_future(self.stop())  # kept: a task is held weakly
 
     # ---- the set of streams (given endpoints, and discovery's) ------------------------------
 
