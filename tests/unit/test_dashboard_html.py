@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from schedd.client._fires import dst_notes
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import check_token, new_cookie, new_secret, token_for
-from schedd.dashboard._html import Markup, dst_notes, esc, lateness_svg, layout, table, tag
+from schedd.dashboard._html import Markup, esc, lateness_svg, layout, table, tag
 from schedd.v1 import execution_pb2, job_pb2
 
 EVIL = "<script>alert(1)</script>"

@@ -55,8 +55,13 @@ def test_preview_json_dst_gap(schedule_available: None) -> None:
     assert (doc["schedule"], doc["tz"]) == ("30 2 * * *", "America/New_York")
     assert len(doc["fires"]) == 3
     gap = doc["fires"][0]  # 2026-03-08 02:30 does not exist in New York: runs at 03:00 EDT
-    assert gap == {"utc": "2026-03-08T07:00:00Z", "local": "2026-03-08T03:00:00-04:00"}
+    assert gap == {
+        "utc": "2026-03-08T07:00:00Z",
+        "local": "2026-03-08T03:00:00-04:00",
+        "note": "DST: clocks went forward since the start (UTC-05:00 → UTC-04:00)",
+    }
     assert doc["fires"][1]["local"] == "2026-03-09T02:30:00-04:00"
+    assert doc["fires"][1]["note"] == ""
 
 
 def test_preview_table_offline(schedule_available: None) -> None:

@@ -11,7 +11,7 @@ from schedd._errors import InvalidArgument
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import emit, relative, rows_table
 from schedd.client import parse_time_ms
-from schedd.client._fires import fire_list
+from schedd.client._fires import dst_notes, fire_list
 
 
 def preview_fires(expr: str, tz: str, after_ms: int, count: int) -> dict[str, Any]:
@@ -43,17 +43,19 @@ def preview(schedule: str, tz: str, after: str | None, count: int) -> None:
         doc = preview_fires(schedule, tz, after_ms, count)
     except InvalidArgument as exc:
         raise click.BadParameter(exc.reason, param_hint=_hint(exc.field)) from exc
+    notes = dst_notes([fire["ms"] for fire in doc["fires"]], doc["tz"], after_ms)
     rows = [
-        (i + 1, fire["local"], fire["utc"], relative(fire["ms"], now_ms))
-        for i, fire in enumerate(doc["fires"])
+        (i + 1, fire["local"], fire["utc"], relative(fire["ms"], now_ms), note)
+        for i, (fire, note) in enumerate(zip(doc["fires"], notes, strict=True))
     ]
-    for fire in doc["fires"]:
+    for fire, note in zip(doc["fires"], notes, strict=True):
         del fire["ms"]
+        fire["note"] = note
     title = f"{schedule} [{doc['tz']}]"
     emit(
         settings().output,
         doc,
-        lambda: rows_table(("#", f"LOCAL ({doc['tz']})", "UTC", "WHEN"), rows, title=title),
+        lambda: rows_table(("#", f"LOCAL ({doc['tz']})", "UTC", "WHEN", "NOTE"), rows, title=title),
     )
 
 

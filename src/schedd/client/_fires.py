@@ -3,6 +3,7 @@ dashboard show."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -49,3 +50,44 @@ def next_fires(job: job_pb2.Job, now_ms: int, count: int) -> list[dict[str, Any]
 def lateness_ms(ex: execution_pb2.Execution) -> int | None:
     """Start minus due (the scheduler's lateness plus any tenant throttling), once started."""
     return ex.started_ms - ex.due_ms if ex.started_ms and ex.due_ms else None
+
+
+def dst_notes(fires_ms: Sequence[int], zone: str, since_ms: int | None = None) -> list[str]:
+    """A note per fire: where the zone's UTC offset changed since the previous fire (for the
+    first, since ``since_ms`` when given: a preview's start) (a DST transition between them:
+    the clocks went forward or back), or where the local time falls in an hour the zone
+    repeats (it occurs twice); "" otherwise."""
+    tz = ZoneInfo(zone or "UTC")
+    notes: list[str] = []
+    prev: int | None = None
+    if since_ms is not None:
+        start = datetime.fromtimestamp(since_ms / 1000, tz=tz).utcoffset()
+        prev = int(start.total_seconds()) if start is not None else 0
+    for ms in fires_ms:
+        local = datetime.fromtimestamp(ms / 1000, tz=tz)
+        offset = local.utcoffset()
+        off_s = int(offset.total_seconds()) if offset is not None else 0
+        note = ""
+        if prev is not None and off_s != prev:
+            way = "forward" if off_s > prev else "back"
+            change = f"UTC{_offset(prev)} → UTC{_offset(off_s)}"
+            before = "the previous fire" if notes else "the start"
+            note = f"DST: clocks went {way} since {before} ({change})"
+        elif local.fold == 1 or _ambiguous(local, tz):
+            note = "in a repeated hour (DST): this local time occurs twice"
+        notes.append(note)
+        prev = off_s
+    return notes
+
+
+def _ambiguous(local: datetime, tz: ZoneInfo) -> bool:
+    naive = local.replace(tzinfo=None)
+    a = naive.replace(tzinfo=tz, fold=0).utcoffset()
+    b = naive.replace(tzinfo=tz, fold=1).utcoffset()
+    return a != b and a is not None and b is not None and a > b
+
+
+def _offset(seconds: int) -> str:
+    sign = "+" if seconds >= 0 else "-"
+    m = abs(seconds) // 60
+    return f"{sign}{m // 60:02d}:{m % 60:02d}"

@@ -96,42 +96,6 @@ def fmt_ms(ms: int, zone: str = "UTC") -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
-def dst_notes(fires_ms: Sequence[int], zone: str) -> list[str]:
-    """A note per fire: where the zone's UTC offset changed since the previous fire (a DST
-    transition between them: the clocks went forward or back), or where the local time falls
-    in an hour the zone repeats (it occurs twice); "" otherwise."""
-    tz = ZoneInfo(zone or "UTC")
-    notes: list[str] = []
-    prev: int | None = None
-    for ms in fires_ms:
-        local = datetime.fromtimestamp(ms / 1000, tz=tz)
-        offset = local.utcoffset()
-        off_s = int(offset.total_seconds()) if offset is not None else 0
-        note = ""
-        if prev is not None and off_s != prev:
-            way = "forward" if off_s > prev else "back"
-            change = f"UTC{_offset(prev)} → UTC{_offset(off_s)}"
-            note = f"DST: clocks went {way} since the previous fire ({change})"
-        elif local.fold == 1 or _ambiguous(local, tz):
-            note = "in a repeated hour (DST): this local time occurs twice"
-        notes.append(note)
-        prev = off_s
-    return notes
-
-
-def _ambiguous(local: datetime, tz: ZoneInfo) -> bool:
-    naive = local.replace(tzinfo=None)
-    a = naive.replace(tzinfo=tz, fold=0).utcoffset()
-    b = naive.replace(tzinfo=tz, fold=1).utcoffset()
-    return a != b and a is not None and b is not None and a > b
-
-
-def _offset(seconds: int) -> str:
-    sign = "+" if seconds >= 0 else "-"
-    m = abs(seconds) // 60
-    return f"{sign}{m // 60:02d}:{m % 60:02d}"
-
-
 def lateness_svg(
     points: Sequence[tuple[str, int]], *, width: int = 640, height: int = 200, unit: str = "ms"
 ) -> Markup:

@@ -7,11 +7,10 @@ from typing import Any
 from urllib.parse import quote
 
 from schedd.client import execution_note
-from schedd.client._fires import lateness_ms
+from schedd.client._fires import dst_notes, lateness_ms
 from schedd.dashboard._csrf import FIELD
 from schedd.dashboard._html import (
     Markup,
-    dst_notes,
     esc,
     fmt_ms,
     join,
