@@ -190,6 +190,11 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
             assert await doomed_cell.inner_text() == "doomed"  # the job's name, linked
             assert await doomed_cell.locator("a").get_attribute("href") == f"/jobs/{doomed.id}"
             await _shot(page, "dead")
+            # A one-shot that has fired is completed: nothing left to pause.
+            await page.goto(f"{base}jobs/{doomed.id}")
+            assert await page.locator("#job-state").inner_text() == "completed"
+            assert await page.locator("#pause-button").count() == 0
+            assert await page.locator("#trigger-button").count() == 1
             await page.goto(base + "lateness")
             assert await page.locator("svg.chart rect.bar").count() >= 1
             # With metrics on, the node's fire-delay histogram since it started too (empty

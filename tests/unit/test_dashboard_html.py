@@ -82,7 +82,7 @@ def test_dst_notes_name_skipped_and_repeated_hours() -> None:
 
 
 def test_pages_escape_a_hostile_job_and_render_actions_only_with_a_token() -> None:
-    job = job_pb2.Job(id="j1", name=EVIL, tenant="t<1>")
+    job = job_pb2.Job(id="j1", name=EVIL, tenant="t<1>", next_fire_ms=1)
     job.schedule.expr = "@every 1s"
     job.handler.name = "echo"
     listing = pages.jobs_body([job], query=EVIL, state="")

@@ -24,6 +24,7 @@ from schedd.cli._context import (
 from schedd.cli._output import emit, emit_list, local_time, relative, rows_table
 from schedd.cli._runs import emit_executions
 from schedd.client import UNSET, build_update, execution_to_dict, iso_utc, job_to_dict
+from schedd.client._convert import job_state_word
 from schedd.v1 import job_pb2
 
 MISFIRE = click.Choice(["catch_up", "once", "skip"], case_sensitive=False)
@@ -62,13 +63,6 @@ def emit_jobs(jobs: list[job_pb2.Job]) -> None:
         return rows_table(cols, rows)
 
     emit_list(settings().output, "jobs", [job_to_dict(j) for j in jobs], table)
-
-
-def job_state_word(job: job_pb2.Job) -> str:
-    """``paused``, ``completed`` (no fire left: a one-shot that has fired) or ``active``."""
-    if job.paused:
-        return "paused"
-    return "active" if job.next_fire_ms else "completed"
 
 
 def emit_job(job: job_pb2.Job) -> None:

@@ -320,3 +320,10 @@ def cluster_status_to_dict(status: scheduler_pb2.ClusterStatus) -> dict[str, Any
         "workers": [worker_to_dict(w) for w in status.workers],
         "missing_nodes": missing_nodes_to_dicts(status.missing_nodes),
     }
+
+
+def job_state_word(job: job_pb2.Job) -> str:
+    """``paused``, ``completed`` (no fire left: a one-shot that has fired) or ``active``."""
+    if job.paused:
+        return "paused"
+    return "active" if job.next_fire_ms else "completed"

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from schedd.client import execution_note
+from schedd.client._convert import job_state_word
 from schedd.client._fires import dst_notes, lateness_ms
 from schedd.dashboard._csrf import FIELD
 from schedd.dashboard._html import (
@@ -91,7 +92,12 @@ def jobs_body(jobs: Sequence[job_pb2.Job], query: str, state: str) -> Markup:
     """The search form and the jobs matching it, with their next fire in their zone."""
     options = join(
         tag("option", label, value=value, selected="selected" if value == state else None)
-        for value, label in (("", "any state"), ("active", "active"), ("paused", "paused"))
+        for value, label in (
+            ("", "any state"),
+            ("active", "active"),
+            ("paused", "paused"),
+            ("completed", "completed"),
+        )
     )
     form = tag(
         "form",
@@ -110,7 +116,7 @@ def jobs_body(jobs: Sequence[job_pb2.Job], query: str, state: str) -> Markup:
             (
                 link(job_href(j.id), j.name or j.id), j.tenant, j.schedule.expr, zone,
                 "-" if j.paused else fmt_ms(j.next_fire_ms, zone),
-                tag("span", "paused" if j.paused else "active", class_="state"), j.id,
+                tag("span", job_state_word(j), class_="state"), j.id,
             )
         )  # fmt: skip
     body = (
@@ -124,7 +130,7 @@ def jobs_body(jobs: Sequence[job_pb2.Job], query: str, state: str) -> Markup:
 def matches(job: job_pb2.Job, query: str, state: str) -> bool:
     """Whether a job matches the jobs page's search (case-insensitive substring of its name,
     id, tenant, handler or a label) and state filter."""
-    if (state == "paused" and not job.paused) or (state == "active" and job.paused):
+    if state and job_state_word(job) != state:
         return False
     if not query:
         return True
@@ -163,7 +169,7 @@ def job_body(
         [
             ("id", job.id), ("name", job.name), ("tenant", job.tenant),
             ("schedule", job.schedule.expr), ("zone", zone), (kind, target),
-            ("state", tag("span", "paused" if job.paused else "active", id="job-state")),
+            ("state", tag("span", job_state_word(job), id="job-state")),
             ("max attempts", job.retry.max_attempts), ("partition", job.partition),
             ("version", job.version), ("last fire", fmt_ms(job.last_fire_ms, zone)),
             ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
@@ -172,11 +178,11 @@ def job_body(
     )  # fmt: skip
     actions: Any = ""
     if token is not None:
-        pause = (
-            action_form("resume", job.id, token, "Resume", f"Resume job {job.name}?")
-            if job.paused
-            else action_form("pause", job.id, token, "Pause", f"Pause job {job.name}?")
-        )
+        pause: Any = ""  # a job with no fire left (a one-shot that fired) has nothing to pause
+        if job.paused:
+            pause = action_form("resume", job.id, token, "Resume", f"Resume job {job.name}?")
+        elif job.next_fire_ms:
+            pause = action_form("pause", job.id, token, "Pause", f"Pause job {job.name}?")
         trigger = action_form("trigger", job.id, token, "Trigger now", f"Run job {job.name} now?")
         actions = tag("div", join([pause, trigger]), class_="actions")
     notes = dst_notes(fires_ms, zone)
