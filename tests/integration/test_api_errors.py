@@ -98,12 +98,17 @@ async def test_batch_create_reports_per_item(h: Harness) -> None:
     async with grpc.aio.insecure_channel(h.address()) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         resp = await stub.BatchCreateJobs(
-            scheduler_pb2.BatchCreateJobsRequest(jobs=[good_job(), good_job(name=""), good_job()])
+            scheduler_pb2.BatchCreateJobsRequest(
+                jobs=[good_job(name="a"), good_job(name=""), good_job(name="b"), good_job(name="a")]
+            )
         )
         kinds = [r.WhichOneof("outcome") for r in resp.results]
-        assert kinds == ["ok", "error", "ok"]
+        assert kinds == ["ok", "error", "ok", "error"]
         assert resp.results[1].error.code == INVALID.value[0]
         assert "name" in resp.results[1].error.field
+        # A name taken earlier in the same call: that item alone is refused.
+        assert resp.results[3].error.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+        assert "job.name: 'a' is taken" in resp.results[3].error.message
 
 
 async def test_health_and_reflection(h: Harness) -> None:

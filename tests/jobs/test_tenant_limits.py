@@ -126,11 +126,14 @@ async def test_the_issue_herd_a_20k_at_2k_per_second_beside_b_unthrottled(
 
     async def herd(a_n: int, b_n: int, lead_s: float) -> tuple[float, dict[str, Starts]]:
         schedule, t = at_second(lead_s)
+        tag = f"{lead_s:g}s"  # each herd's own names: a name is taken once per tenant
         jobs = [
-            build_job(f"A-{i}", schedule=schedule, tenant="A", handler="mark") for i in range(a_n)
+            build_job(f"A-{tag}-{i}", schedule=schedule, tenant="A", handler="mark")
+            for i in range(a_n)
         ]
         jobs += [
-            build_job(f"B-{i}", schedule=schedule, tenant="B", handler="mark") for i in range(b_n)
+            build_job(f"B-{tag}-{i}", schedule=schedule, tenant="B", handler="mark")
+            for i in range(b_n)
         ]
         made = await kinds.client.create_jobs(jobs)
         assert not any(isinstance(m, Exception) for m in made)
