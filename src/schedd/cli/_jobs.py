@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -224,12 +226,21 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
 
     from schedd.cli._output import console
 
-    with Live(console=console(), refresh_per_second=2) as live:
-        while True:
-            jobs = _list_once(tenant, name_prefix, limit)
-            rows = [(j.id, j.name, j.schedule.expr, local_time(j.next_fire_ms)) for j in jobs]
-            live.update(rows_table(("ID", "NAME", "SCHEDULE", "NEXT FIRE"), rows))
-            time.sleep(interval)
+    # Ctrl-C ends the watch quietly (exit 0): it sets a flag, the refresh under way finishes.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        with Live(console=console(), refresh_per_second=2) as live:
+            while not stop.is_set():
+                jobs = _list_once(tenant, name_prefix, limit)
+                rows = [
+                    (j.id, j.name, j.schedule.expr, job_state_word(j), local_time(j.next_fire_ms))
+                    for j in jobs
+                ]
+                live.update(rows_table(("ID", "NAME", "SCHEDULE", "STATE", "NEXT FIRE"), rows))
+                stop.wait(interval)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @job_group.command("update")
