@@ -137,6 +137,29 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
                 assert job.id in table
             assert EVIL in table
             assert await page.locator("main img, main script").count() == 0
+            # Schedules in words with their zone, the expression on hover; state badges; the
+            # last run with its outcome; ids whole on one line, at 1000 px as at 1920 px.
+            monthly_row = page.locator("#jobs tbody tr", has_text="monthly-report")
+            cells = await monthly_row.locator("td").all_inner_texts()
+            assert cells[1] == "at 02:30 on day 8 of the month, America/New_York"
+            assert await monthly_row.locator("td span[title]").get_attribute("title") == (
+                "30 2 8 * *"
+            )
+            assert cells[4] == "active"
+            badge = monthly_row.locator(".badge.st-active")
+            assert await badge.count() == 1
+            ticker_row = page.locator("#jobs tbody tr", has_text="ticker")
+            assert await ticker_row.locator("td:nth-child(4) .badge").count() == 1
+            for width in (1000, 1920):
+                await page.set_viewport_size({"width": width, "height": 800})
+                ids = page.locator("#jobs .id")
+                line = await page.locator("#jobs thead th").first.bounding_box()  # one line
+                for n in range(await ids.count()):
+                    box = await ids.nth(n).bounding_box()
+                    assert box is not None and line is not None
+                    assert box["height"] <= line["height"], (width, box, line)
+                await _shot(page, f"jobs-{width}")
+            await page.set_viewport_size({"width": 1200, "height": 800})
             await _shot(page, "jobs")
             await page.fill("#q", "tick")
             await page.click("form.filter button")
@@ -155,6 +178,12 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
             await _shot(page, "job")
             await page.goto(f"{base}jobs/{ticker.id}")
             assert await page.locator("#job-runs tbody tr").count() >= 1
+            # The run timeline: one mark per recent run, coloured by its state.
+            marks = page.locator("#job-timeline .mark")
+            assert await marks.count() == await page.locator("#job-runs tbody tr").count()
+            assert await page.locator("#job-timeline .mark.st-SUCCEEDED").count() >= 1
+            title = await marks.first.get_attribute("title") or ""  # the oldest: done
+            assert title.endswith(": SUCCEEDED") and "+0000" in title, title
 
             # Runs: a new run appears without a reload.
             await page.goto(base + "runs")

@@ -21,6 +21,7 @@ from schedd.dashboard._html import (
     tag,
 )
 from schedd.model import state_name
+from schedd.schedule import describe_schedule
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
 #: The states the runs page filters by.
@@ -88,8 +89,28 @@ def cluster_body(status: scheduler_pb2.ClusterStatus, etcd_ok: bool) -> Markup:
     )  # fmt: skip
 
 
-def jobs_body(jobs: Sequence[job_pb2.Job], query: str, state: str) -> Markup:
-    """The search form and the jobs matching it, with their next fire in their zone."""
+def state_badge(state: str) -> Markup:
+    """A state as a coloured badge (``badge st-SUCCEEDED``, ``badge st-paused`` ...)."""
+    return tag("span", state, class_=f"badge st-{state}")
+
+
+def _last_run(job: job_pb2.Job, last: execution_pb2.Execution | None) -> Markup | str:
+    """When it last fired, in its zone, with the outcome of its latest run when known."""
+    zone = job.schedule.timezone or "UTC"
+    if last is None:
+        return fmt_ms(job.last_fire_ms, zone) if job.last_fire_ms else "-"
+    return join([fmt_ms(last.scheduled_ms, zone), " ", state_badge(state_name(last.state))])
+
+
+def jobs_body(
+    jobs: Sequence[job_pb2.Job],
+    query: str,
+    state: str,
+    last_runs: dict[str, execution_pb2.Execution] | None = None,
+) -> Markup:
+    """The search form and the jobs matching it: name, schedule in words (the expression on
+    hover), next and last run in the job's zone (the last with its outcome), state."""
+    last_runs = last_runs or {}
     options = join(
         tag("option", label, value=value, selected="selected" if value == state else None)
         for value, label in (
@@ -112,16 +133,18 @@ def jobs_body(jobs: Sequence[job_pb2.Job], query: str, state: str) -> Markup:
     rows = []
     for j in jobs:
         zone = j.schedule.timezone or "UTC"
+        words = tag("span", describe_schedule(j.schedule.expr, zone), title=j.schedule.expr)
         rows.append(
             (
-                link(job_href(j.id), j.name or j.id), j.tenant, j.schedule.expr, zone,
-                "-" if j.paused else fmt_ms(j.next_fire_ms, zone),
-                tag("span", job_state_word(j), class_="state"), j.id,
+                link(job_href(j.id), j.name or j.id), words,
+                "-" if j.paused or not j.next_fire_ms else fmt_ms(j.next_fire_ms, zone),
+                _last_run(j, last_runs.get(j.id)), state_badge(job_state_word(j)), j.tenant,
+                tag("span", j.id, class_="id"),
             )
         )  # fmt: skip
     body = (
-        table(("NAME", "TENANT", "SCHEDULE", "ZONE", "NEXT FIRE (JOB ZONE)", "STATE", "ID"), rows,
-              id_="jobs")
+        table(("NAME", "SCHEDULE", "NEXT RUN (JOB ZONE)", "LAST RUN", "STATE", "TENANT", "ID"),
+              rows, id_="jobs")
         if rows else tag("p", "no jobs match", class_="empty")
     )  # fmt: skip
     return join([form, tag("p", f"{len(rows)} jobs"), body])
@@ -168,8 +191,11 @@ def job_body(
         ("FIELD", "VALUE"),
         [
             ("id", job.id), ("name", job.name), ("tenant", job.tenant),
-            ("schedule", job.schedule.expr), ("zone", zone), (kind, target),
-            ("state", tag("span", job_state_word(job), id="job-state")),
+            ("schedule", join([job.schedule.expr, " (", describe_schedule(job.schedule.expr, zone),
+                               ")"])),
+            ("zone", zone), (kind, target),
+            ("state", tag("span", job_state_word(job), id="job-state",
+                          class_=f"badge st-{job_state_word(job)}")),
             ("max attempts", job.retry.max_attempts), ("partition", job.partition),
             ("version", job.version), ("last fire", fmt_ms(job.last_fire_ms, zone)),
             ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
@@ -203,13 +229,26 @@ def job_body(
     return join([
         actions, spec,
         tag("h2", "Next fires"), fires,
-        tag("h2", "Recent runs"),
+        tag("h2", "Recent runs"), run_timeline(runs, zone),
         table(("SCHEDULED MS", f"SCHEDULED ({zone})", "STATE", "ATTEMPT", "LATENESS", "ERROR"),
               run_rows, id_="job-runs") if run_rows else tag("p", "no runs yet"),
         tag("h2", "Dead letters"),
         table(("EXECUTION", "ATTEMPTS", "ERROR"), dead_rows, id_="job-dead") if dead_rows
         else tag("p", "no dead letters"),
     ])  # fmt: skip
+
+
+def run_timeline(runs: Sequence[execution_pb2.Execution], zone: str) -> Markup:
+    """A strip of the job's recent runs, oldest first, one mark each coloured by its state
+    (its time and state on hover): what went wrong, and when, at a glance."""
+    if not runs:
+        return Markup("")
+    marks = [
+        tag("span", "", class_=f"mark st-{state_name(r.state)}",
+            title=f"{fmt_ms(r.scheduled_ms, zone)}: {state_name(r.state)}")
+        for r in sorted(runs, key=lambda r: r.scheduled_ms)
+    ]  # fmt: skip
+    return tag("div", join(marks), class_="timeline", id="job-timeline")
 
 
 def job_cell(job_id: str, name: str) -> Markup:
@@ -253,7 +292,10 @@ def runs_body(runs: Sequence[execution_pb2.Execution], state: str) -> Markup:
     )  # fmt: skip
     src = "/api/runs" + (f"?state={quote(state)}" if state else "")
     live = tag("p", f"{len(runs)} runs, updating every 2 s", id="live-status")
-    rows = ([(c := run_row(r))[0], job_cell(r.job_id, r.job_name), *c[2:]] for r in runs)
+    rows = (
+        [(c := run_row(r))[0], job_cell(r.job_id, r.job_name), c[2], state_badge(c[3]), *c[4:]]
+        for r in runs
+    )
     tbl = table(RUN_HEADERS, rows, id_="runs")
     return join([form, live, tag("div", tbl, id="runs-live", data_src=src)])
 
@@ -338,7 +380,16 @@ def metrics_body(exposition: str) -> Markup:
         ]
     if not parts:
         return Markup("")
-    return join([tag("h2", "Since the node started (its metrics)", id="metrics"), *parts])
+    why = tag(
+        "p",
+        "These count every run this node handed out since it started, bucketed; "
+        "the chart above shows only the recent runs listed cluster-wide, each by its "
+        "own lateness. Runs a worker held ahead of their instant and started on its "
+        "own timer are handed out before they are due (no fire delay), so the two "
+        "views can disagree without either being wrong.",
+        class_="empty",
+    )
+    return join([tag("h2", "Since the node started (its metrics)", id="metrics"), why, *parts])
 
 
 def login_body(next_path: str, error: str = "") -> Markup:

@@ -290,13 +290,18 @@ class DashboardServer:
     async def _jobs(self, request: web.Request) -> web.Response:
         query = request.query.get("q", "")[:200]
         state = request.query.get("state", "")
-        if state not in ("", "active", "paused"):
+        if state not in ("", "active", "paused", "completed"):
             state = ""
 
         async def page() -> web.Response:
             jobs = [j for j in await self._all_jobs() if pages.matches(j, query, state)]
             jobs.sort(key=lambda j: (j.tenant, j.name, j.id))
-            return self._page("Jobs", pages.jobs_body(jobs, query, state))
+            last: dict[str, execution_pb2.Execution] = {}
+            now = self.node.clock.now_ms()
+            for run in await self._recent_runs():  # newest first: the first of a job is its last
+                if run.scheduled_ms <= now:  # not one claimed ahead of its instant
+                    last.setdefault(run.job_id, run)
+            return self._page("Jobs", pages.jobs_body(jobs, query, state, last))
 
         return await self._guard("Jobs", page)
 

@@ -10,11 +10,13 @@ from schedd.schedule._jitter import jitter_offset_ms, retry_backoff_ms
 from schedd.schedule._misfire import MisfirePlan, plan_misfires
 from schedd.schedule._schedule import Schedule, ScheduleKind, parse_schedule, pin_anchor
 from schedd.schedule._tz import validate_timezone
+from schedd.schedule._words import describe_schedule
 
 __all__ = [
     "MisfirePlan",
     "Schedule",
     "ScheduleKind",
+    "describe_schedule",
     "format_duration_ms",
     "jitter_offset_ms",
     "parse_duration_ms",

@@ -37,6 +37,11 @@ document.addEventListener("DOMContentLoaded", function () {
           gone.className = "gone";
           gone.textContent = job[0] + " (deleted)";
           td.appendChild(gone);
+        } else if (i === 3) {  // the state: a coloured badge
+          var badge = document.createElement("span");
+          badge.className = "badge st-" + cell;
+          badge.textContent = cell;
+          td.appendChild(badge);
         } else {
           td.textContent = cell;
         }
