@@ -34,7 +34,7 @@ def test_public_api() -> None:
     assert set(sch.__all__) == {
         "parse_schedule", "Schedule", "ScheduleKind", "MisfirePlan", "plan_misfires",
         "jitter_offset_ms", "retry_backoff_ms", "parse_duration_ms", "format_duration_ms",
-        "validate_timezone", "pin_anchor",
+        "validate_timezone", "pin_anchor", "describe_schedule",
     }  # fmt: skip
 
 
