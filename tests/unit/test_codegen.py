@@ -72,6 +72,7 @@ def test_public_faces_are_pinned() -> None:
             "ClientTls",
             "CreateJobResult",
             "ExecutionList",
+            "State",
             "audit_to_dict",
             "build_job",
             "build_update",

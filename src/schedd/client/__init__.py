@@ -1,7 +1,8 @@
 """The client SDK: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio).
 
 Both take the same arguments and have the same methods; results are the protobuf wire types
-(:mod:`schedd.v1`) plus :class:`CreateJobResult` and :class:`BackfillResult`. Errors are
+(:mod:`schedd.v1`) plus :class:`CreateJobResult` and :class:`BackfillResult`; an execution's
+``state`` is a number, which :class:`State` names (``print(State(run.state))``). Errors are
 :class:`~schedd.SchedError` subclasses. :func:`job_to_dict` and :func:`execution_to_dict` give
 JSON-friendly views for output.
 """
@@ -32,6 +33,7 @@ from schedd.client._requests import (
     build_job,
     build_update,
 )
+from schedd.client._state import State
 from schedd.client._sync import Client
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "ClientTls",
     "CreateJobResult",
     "ExecutionList",
+    "State",
     "audit_to_dict",
     "build_job",
     "build_update",
