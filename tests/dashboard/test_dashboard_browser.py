@@ -208,6 +208,17 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
             assert await link.get_attribute("href") == f"/jobs/{ticker.id}"
             await _shot(page, "runs")
 
+            # Search: it stays in the URL and the box, and the live update keeps to it.
+            await page.goto(base + "runs?q=doom")
+            assert await page.input_value("#q") == "doom"
+            await eventually(
+                lambda: page.locator("#live-status").inner_text(),
+                lambda text: "updated" in text,
+                what="the filtered runs updated live",
+            )
+            jobs_shown = await page.locator("#runs tbody tr td:nth-child(2)").all_inner_texts()
+            assert jobs_shown and set(jobs_shown) == {"doomed"}, jobs_shown
+
             # Dead letters and the lateness chart.
             # The state filter: only dead runs.
             await page.goto(base + "runs?state=DEAD")

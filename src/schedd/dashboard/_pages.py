@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from schedd.client import execution_note
 from schedd.client._convert import job_state_word
@@ -278,19 +278,32 @@ RUN_HEADERS = ("EXECUTION", "JOB", "SCHEDULED (UTC)", "STATE", "ATTEMPT", "WORKE
                "ERROR")  # fmt: skip
 
 
-def runs_body(runs: Sequence[execution_pb2.Execution], state: str) -> Markup:
-    """Recent runs, filtered by state; dash.js polls /api/runs and re-renders the table."""
+def run_matches(r: execution_pb2.Execution, query: str) -> bool:
+    """Whether a run matches the runs page's search: a case-insensitive substring of its
+    job's name or id, its execution id, its worker or its error, reason or waiting note."""
+    if not query:
+        return True
+    q = query.lower()
+    return any(q in h.lower() for h in (r.job_name, r.job_id, r.id, r.worker_id, _error(r)))
+
+
+def runs_body(runs: Sequence[execution_pb2.Execution], state: str, query: str = "") -> Markup:
+    """Recent runs, filtered by state and a search; dash.js polls /api/runs with the same
+    filters and re-renders the table."""
     options = join(
         tag("option", s or "any state", value=s, selected="selected" if s == state else None)
         for s in ("", *RUN_STATES)
     )
     form = tag(
         "form",
-        join([tag("select", options, name="state", id="state"),
+        join([tag("input", name="q", value=query, placeholder="job, execution, worker or error",
+                  type="search", id="q"),
+              tag("select", options, name="state", id="state"),
               tag("button", "Filter", type="submit")]),
         method="get", action="/runs", class_="filter",
     )  # fmt: skip
-    src = "/api/runs" + (f"?state={quote(state)}" if state else "")
+    params = urlencode([(k, v) for k, v in (("state", state), ("q", query)) if v])
+    src = "/api/runs" + (f"?{params}" if params else "")
     live = tag("p", f"{len(runs)} runs, updating every 2 s", id="live-status")
     rows = (
         [(c := run_row(r))[0], job_cell(r.job_id, r.job_name), c[2], state_badge(c[3]), *c[4:]]

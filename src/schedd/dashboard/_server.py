@@ -321,22 +321,24 @@ class DashboardServer:
 
         return await self._guard("Job", page)
 
-    async def _runs(self, request: web.Request) -> web.Response:
+    def _runs_filter(self, request: web.Request) -> tuple[str, str]:
+        """The runs page's state filter and search (both kept in its URL)."""
         state = request.query.get("state", "").upper()
-        if state not in pages.RUN_STATES:
-            state = ""
+        return (state if state in pages.RUN_STATES else ""), request.query.get("q", "")[:200]
+
+    async def _runs(self, request: web.Request) -> web.Response:
+        state, query = self._runs_filter(request)
 
         async def page() -> web.Response:
-            return self._page("Runs", pages.runs_body(await self._recent_runs(state), state))
+            runs = [r for r in await self._recent_runs(state) if pages.run_matches(r, query)]
+            return self._page("Runs", pages.runs_body(runs, state, query))
 
         return await self._guard("Runs", page)
 
     async def _api_runs(self, request: web.Request) -> web.Response:
-        state = request.query.get("state", "").upper()
-        if state not in pages.RUN_STATES:
-            state = ""
+        state, query = self._runs_filter(request)
         try:
-            runs = await self._recent_runs(state)
+            runs = [r for r in await self._recent_runs(state) if pages.run_matches(r, query)]
         except SchedError as exc:
             return web.json_response({"error": str(exc)}, status=503)
         return web.json_response(
