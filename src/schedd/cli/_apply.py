@@ -31,7 +31,6 @@ from schedd.cli._context import output_option, settings
 from schedd.cli._output import console, emit, rows_table
 from schedd.client import Client
 from schedd.client._spec import KIND_LIMITS, changed_paths, job_from_dict, limits_from_dict
-from schedd.dispatch import unserved_warnings
 from schedd.model import normalise_spec, validate_tenant_limits
 from schedd.v1 import job_pb2, scheduler_pb2
 
@@ -306,6 +305,8 @@ def _summary(what: str, actions: list[str], dry_run: bool) -> tuple[str, bool]:
 def _warn_unserved(client: Client, docs: list[Doc]) -> None:
     """One line on stderr per target of the applied jobs that no connected worker serves
     (not an error: their runs wait until one connects)."""
+    from schedd.dispatch import unserved_warnings  # here: the node's side, heavy to import
+
     jobs = [d.job for d in docs if not d.action.startswith("failed")]
     if not jobs:
         return
