@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -57,6 +60,18 @@ class Settings:
 def settings() -> Settings:
     """The current command's settings."""
     return click.get_current_context().ensure_object(Settings)
+
+
+@contextmanager
+def until_ctrl_c() -> Iterator[threading.Event]:
+    """How a ``--watch`` ends: Ctrl-C sets the event (no exception in the middle of a call),
+    the refresh under way finishes, and the command exits 0, quietly."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def find_job(ref: str) -> job_pb2.Job:

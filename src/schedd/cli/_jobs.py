@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import shlex
-import signal
 import sys
-import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -22,6 +20,7 @@ from schedd.cli._context import (
     parse_labels,
     parse_pairs,
     settings,
+    until_ctrl_c,
 )
 from schedd.cli._output import emit, emit_list, local_time, relative, rows_table
 from schedd.cli._runs import emit_executions
@@ -226,21 +225,15 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
 
     from schedd.cli._output import console
 
-    # Ctrl-C ends the watch quietly (exit 0): it sets a flag, the refresh under way finishes.
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        with Live(console=console(), refresh_per_second=2) as live:
-            while not stop.is_set():
-                jobs = _list_once(tenant, name_prefix, limit)
-                rows = [
-                    (j.id, j.name, j.schedule.expr, job_state_word(j), local_time(j.next_fire_ms))
-                    for j in jobs
-                ]
-                live.update(rows_table(("ID", "NAME", "SCHEDULE", "STATE", "NEXT FIRE"), rows))
-                stop.wait(interval)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with until_ctrl_c() as stop, Live(console=console(), refresh_per_second=2) as live:
+        while not stop.is_set():
+            jobs = _list_once(tenant, name_prefix, limit)
+            rows = [
+                (j.id, j.name, j.schedule.expr, job_state_word(j), local_time(j.next_fire_ms))
+                for j in jobs
+            ]
+            live.update(rows_table(("ID", "NAME", "SCHEDULE", "STATE", "NEXT FIRE"), rows))
+            stop.wait(interval)
 
 
 @job_group.command("update")

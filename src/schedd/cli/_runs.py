@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 import time
@@ -14,7 +13,7 @@ import click
 from rich.console import Group
 from rich.table import Table
 
-from schedd.cli._context import job_id_of, output_option, settings
+from schedd.cli._context import job_id_of, output_option, settings, until_ctrl_c
 from schedd.cli._exit import warn_missing
 from schedd.cli._output import console, emit, emit_list, local_time, rows_table
 from schedd.client import (
@@ -62,11 +61,11 @@ def emit_executions(
         return rows_table(cols, rows)
 
     rows = [execution_to_dict(e) for e in executions]
-    extra = None
-    if missing is not None:
-        warn_missing(missing)
-        extra = {"missing_nodes": missing_nodes_to_dicts(missing)}
-    emit_list(settings().output, "executions", rows, table, extra)
+    if missing is None:
+        emit_list(settings().output, "executions", rows, table)
+        return
+    warn_missing(missing)
+    emit_listing("executions", rows, missing, table)
 
 
 def emit_listing(
@@ -113,14 +112,8 @@ def run_list(
         listing = client.list_executions(job_id, values, tenant, limit)
         emit_executions(listing, listing.missing_nodes)
         return
-    # Ctrl-C is how a watch ends: it sets a flag (no exception in the middle of a call), the
-    # poll in progress finishes, and the command exits 0.
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
+    with until_ctrl_c() as stop:
         _follow(client, job_id, values, tenant, limit, interval, stop)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _follow(

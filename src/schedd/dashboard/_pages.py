@@ -31,6 +31,10 @@ RUN_STATES = (
 )  # fmt: skip
 
 
+#: The states the jobs page filters by (what :func:`job_state_word` says).
+JOB_STATES = ("active", "paused", "completed")
+
+
 def job_href(job_id: str) -> str:
     return "/jobs/" + quote(job_id, safe="")
 
@@ -89,9 +93,9 @@ def cluster_body(status: scheduler_pb2.ClusterStatus, etcd_ok: bool) -> Markup:
     )  # fmt: skip
 
 
-def state_badge(state: str) -> Markup:
+def state_badge(state: str, id_: str | None = None) -> Markup:
     """A state as a coloured badge (``badge st-SUCCEEDED``, ``badge st-paused`` ...)."""
-    return tag("span", state, class_=f"badge st-{state}")
+    return tag("span", state, class_=f"badge st-{state}", id=id_)
 
 
 def _last_run(job: job_pb2.Job, last: execution_pb2.Execution | None) -> Markup | str:
@@ -113,12 +117,7 @@ def jobs_body(
     last_runs = last_runs or {}
     options = join(
         tag("option", label, value=value, selected="selected" if value == state else None)
-        for value, label in (
-            ("", "any state"),
-            ("active", "active"),
-            ("paused", "paused"),
-            ("completed", "completed"),
-        )
+        for value, label in (("", "any state"), *((s, s) for s in JOB_STATES))
     )
     form = tag(
         "form",
@@ -194,8 +193,7 @@ def job_body(
             ("schedule", join([job.schedule.expr, " (", describe_schedule(job.schedule.expr, zone),
                                ")"])),
             ("zone", zone), (kind, target),
-            ("state", tag("span", job_state_word(job), id="job-state",
-                          class_=f"badge st-{job_state_word(job)}")),
+            ("state", state_badge(job_state_word(job), id_="job-state")),
             ("max attempts", job.retry.max_attempts), ("partition", job.partition),
             ("version", job.version), ("last fire", fmt_ms(job.last_fire_ms, zone)),
             ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),

@@ -290,7 +290,7 @@ class DashboardServer:
     async def _jobs(self, request: web.Request) -> web.Response:
         query = request.query.get("q", "")[:200]
         state = request.query.get("state", "")
-        if state not in ("", "active", "paused", "completed"):
+        if state not in pages.JOB_STATES:
             state = ""
 
         async def page() -> web.Response:

@@ -14,9 +14,9 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
+from schedd.model import DEFAULT_QUEUE, dispatch_queue
 from schedd.v1 import job_pb2, worker_pb2
 
-DEFAULT_QUEUE = "default"
 KIND_HANDLER = "handler"
 KIND_HTTP = "http"
 KIND_SHELL = "shell"
@@ -55,14 +55,15 @@ def route_of(dispatch: worker_pb2.Dispatch) -> Route:
 
 def route_of_job(job: job_pb2.Job) -> Route:
     """The route every dispatch of ``job`` takes (what :func:`route_of` finds in them)."""
+    queue = dispatch_queue(job) or DEFAULT_QUEUE  # as firing does with an unset queue
     kind = job.WhichOneof("target")
     if kind == "handler":
-        return Route(job.handler.queue or DEFAULT_QUEUE, KIND_HANDLER, job.handler.name)
+        return Route(queue, KIND_HANDLER, job.handler.name)
     if kind == "http":
-        return Route(DEFAULT_QUEUE, KIND_HTTP)  # http and shell jobs run on the default queue
+        return Route(queue, KIND_HTTP)
     if kind == "shell":
-        return Route(DEFAULT_QUEUE, KIND_SHELL)
-    return Route(DEFAULT_QUEUE, KIND_UNKNOWN)
+        return Route(queue, KIND_SHELL)
+    return Route(queue, KIND_UNKNOWN)
 
 
 class Serves(Protocol):

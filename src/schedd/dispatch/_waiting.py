@@ -49,15 +49,13 @@ def describe_route(route: Route) -> str:
     return f"{what} on queue {route.queue!r}"
 
 
-def unserved_warning(route: Route, workers: Iterable[Serves], jobs: str = "its") -> str | None:
+def unserved_warning(route: Route, workers: Iterable[Serves], runs: str = "its runs") -> str | None:
     """``no connected worker serves handler 'x' on queue 'q': its runs will wait until one
     connects`` when none of ``workers`` serves ``route``; None when one does."""
     if any(accepts(w, route) for w in workers):
         return None
-    return (
-        f"no connected worker serves {describe_route(route)}: {jobs} runs will wait until "
-        "one connects"
-    )
+    where = describe_route(route)
+    return f"no connected worker serves {where}: {runs} will wait until one connects"
 
 
 def unserved_warnings(jobs: Sequence[job_pb2.Job], workers: Sequence[Serves]) -> list[str]:
@@ -73,7 +71,7 @@ def unserved_warnings(jobs: Sequence[job_pb2.Job], workers: Sequence[Serves]) ->
         )
         warning = unserved_warning(route, workers, f"the runs of {shown}")
         if warning:
-            out.append(warning.replace(" runs will", " will", 1))
+            out.append(warning)
     return out
 
 

@@ -17,7 +17,12 @@ from schedd.model._enums import (
     state_name,
     trigger_name,
 )
-from schedd.model._execution import execution_from, execution_template, new_execution
+from schedd.model._execution import (
+    dispatch_queue,
+    execution_from,
+    execution_template,
+    new_execution,
+)
 from schedd.model._fields import (
     MAX_ATTEMPTS,
     MAX_PAYLOAD_BYTES,
@@ -69,6 +74,7 @@ __all__ = [
     "apply_update",
     "check_text",
     "default_burst",
+    "dispatch_queue",
     "execution_from",
     "execution_id",
     "execution_template",

@@ -7,6 +7,7 @@ one per (job, scheduled time), whoever claims it.
 from __future__ import annotations
 
 from schedd.model._ids import execution_id as make_execution_id
+from schedd.model._job import DEFAULT_QUEUE
 from schedd.v1 import execution_pb2, job_pb2
 
 
@@ -49,7 +50,13 @@ def new_execution(
         attempt=1,
         trigger=trigger,  # type: ignore[arg-type]
         partition=partition,
-        queue=job.handler.queue if target == "handler" else "default",
+        queue=dispatch_queue(job),
         handler=job.handler.name if target == "handler" else "",
         max_attempts=job.retry.max_attempts or 3,
     )
+
+
+def dispatch_queue(job: job_pb2.Job) -> str:
+    """The queue every execution of ``job`` goes out on: its handler's queue, and the default
+    queue for http and shell jobs."""
+    return job.handler.queue if job.WhichOneof("target") == "handler" else DEFAULT_QUEUE

@@ -178,17 +178,13 @@ class NodeApi:
         if isinstance(result, SchedError):
             raise result
         return scheduler_pb2.CreateJobResponse(
-            job=result[0], created=result[1], warnings=self._warnings(result[0], {})
+            job=result[0], created=result[1], warnings=self._warnings(result[0])
         )
 
-    def _warnings(self, job: job_pb2.Job, seen: dict[tuple[str, str, str], list[str]]) -> list[str]:
-        """What to tell the creator of ``job``; ``seen`` keeps one look per target in a batch."""
-        kind = job.WhichOneof("target") or ""
-        key = (job.handler.queue, kind, job.handler.name) if kind == "handler" else ("", kind, "")
-        if key not in seen:
-            warning = self._unserved(job)
-            seen[key] = [warning] if warning else []
-        return seen[key]
+    def _warnings(self, job: job_pb2.Job) -> list[str]:
+        """What to tell the creator of ``job`` (a look at the open streams: cheap)."""
+        warning = self._unserved(job)
+        return [warning] if warning else []
 
     async def batch_create_jobs(
         self, req: scheduler_pb2.BatchCreateJobsRequest
@@ -218,7 +214,6 @@ class NodeApi:
                 results.append(None)
             except SchedError as err:
                 results.append(scheduler_pb2.BatchCreateJobsResult(error=item_error(err)))
-        seen: dict[tuple[str, str, str], list[str]] = {}
         for n, outcome in zip(
             slots, await self.jobs.create_jobs(valid, now, schedules), strict=True
         ):
@@ -226,7 +221,7 @@ class NodeApi:
                 results[n] = scheduler_pb2.BatchCreateJobsResult(error=item_error(outcome))
             else:
                 ok = scheduler_pb2.CreateJobResponse(
-                    job=outcome[0], created=outcome[1], warnings=self._warnings(outcome[0], seen)
+                    job=outcome[0], created=outcome[1], warnings=self._warnings(outcome[0])
                 )
                 results[n] = scheduler_pb2.BatchCreateJobsResult(ok=ok)
         note(

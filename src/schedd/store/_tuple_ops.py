@@ -156,6 +156,15 @@ def _gather(ops: Sequence[Any], puts: list[bytes], dels: list[tuple[bytes, bytes
             _gather(op[3], puts, dels)
 
 
+def compare_holds(compare: Any, kv: KeyValueView | None) -> bool:
+    """Whether ``compare`` holds for its key, ``kv`` as it stands (None: absent)."""
+    target, _, expected = compare
+    if kv is None:
+        return bool(expected == 0)
+    actual = kv.create_revision if target == "create" else kv.mod_revision
+    return bool(actual == expected)
+
+
 def plan(
     compares: Sequence[Any],
     success: Sequence[Any],

@@ -37,6 +37,7 @@ from schedd.store._tuple_ops import (
     TupleTxnResult,
     check_leases,
     check_request,
+    compare_holds,
     in_range,
     keys_in,
     plan,
@@ -226,12 +227,7 @@ class MemoryKV:
         return deleted
 
     def _holds(self, compare: Any) -> bool:
-        target, key, expected = compare
-        kv = self._live.get(key)
-        if kv is None:
-            return bool(expected == 0)
-        actual = kv.create_revision if target == "create" else kv.mod_revision
-        return bool(actual == expected)
+        return compare_holds(compare, self._live.get(compare[1]))
 
     async def compact(self, revision: int) -> None:
         await self._enter("compact")

@@ -48,6 +48,7 @@ from schedd.store._tuple_ops import (
     TupleTxnResult,
     check_leases,
     check_request,
+    compare_holds,
     in_range,
     plan,
     run_steps,
@@ -471,10 +472,5 @@ if TYPE_CHECKING:  # the type checker proves the backend meets the contract
 
 def _holds(writer: RevisionWriter, compare: Any) -> bool:
     """Whether a compare holds in the applied state (the txn's compares all run before any
-    of its writes, so the writer's view is that state; the key read stays for the writes)."""
-    target, key, expected = compare
-    kv = writer.current(key)
-    if kv is None:
-        return bool(expected == 0)
-    actual = kv.create_revision if target == "create" else kv.mod_revision
-    return bool(actual == expected)
+    of its writes, so the writer's view is that state)."""
+    return compare_holds(compare, writer.current(compare[1]))

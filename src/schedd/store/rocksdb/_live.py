@@ -49,17 +49,14 @@ class LiveKeys:
     def get(self, key: bytes) -> KeyValue | None:
         return self._keys.get(key)
 
-    def scan(
-        self, start: bytes, end: bytes, *, limit: int = 0, keys_only: bool = False
-    ) -> list[KeyValue]:
+    def scan(self, start: bytes, end: bytes, *, limit: int = 0) -> list[KeyValue]:
         """The keys in ``[start, end)``, in key order; with ``limit``, at most that many."""
         if not end:
             kv = self._keys.get(start)
-            return [] if kv is None else [kv._replace(value=b"") if keys_only else kv]
+            return [] if kv is None else [kv]
         keys, out = self._keys, []
         for key in self._ordered(start, end):
-            kv = keys[key]
-            out.append(kv._replace(value=b"") if keys_only else kv)
+            out.append(keys[key])
             if limit and len(out) >= limit:
                 break
         return out
