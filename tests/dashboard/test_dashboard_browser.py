@@ -230,11 +230,26 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
             assert await doomed_cell.inner_text() == "doomed"  # the job's name, linked
             assert await doomed_cell.locator("a").get_attribute("href") == f"/jobs/{doomed.id}"
             await _shot(page, "dead")
+            # Its search stays in the URL and the box; a miss says so.
+            await page.fill("#q", "DOOM")
+            await page.click("form.filter button")
+            await page.wait_for_url("**/dead?q=DOOM")
+            assert await page.input_value("#q") == "DOOM"
+            assert "dead letters match" in await page.locator("#dead-count").inner_text()
+            assert await doomed_cell.inner_text() == "doomed"
+            await page.goto(base + "dead?q=no-such-thing")
+            assert await page.locator("#dead").count() == 0
+            assert "no dead letters match" in await page.locator("main").inner_text()
             # A one-shot that has fired is completed: nothing left to pause.
             await page.goto(f"{base}jobs/{doomed.id}")
             assert await page.locator("#job-state").inner_text() == "completed"
             assert await page.locator("#pause-button").count() == 0
             assert await page.locator("#trigger-button").count() == 1
+            # "All its runs" opens the runs page searched by the job's id.
+            await page.click("#all-runs")
+            await page.wait_for_url(f"**/runs?q={doomed.id}")
+            shown = await page.locator("#runs tbody tr td:nth-child(2)").all_inner_texts()
+            assert shown and set(shown) == {"doomed"}, shown
             await page.goto(base + "lateness")
             assert await page.locator("svg.chart rect.bar").count() >= 1
             # With metrics on, the node's fire-delay histogram since it started too (empty

@@ -95,8 +95,19 @@ def test_pages_escape_a_hostile_job_and_render_actions_only_with_a_token() -> No
     assert 'name="csrf" value="tok"' in with_actions
     assert "data-confirm=" in with_actions and "<script>" not in with_actions
     dead = execution_pb2.Execution(id="j1@5", job_id="j1", error=EVIL)
-    assert "<form" not in pages.dead_body([dead], None)
-    assert 'action="/actions/redrive/j1%405"' in pages.dead_body([dead], "tok")
+    assert "action-form" not in pages.dead_body([dead], None, total=1)
+    assert 'action="/actions/redrive/j1%405"' in pages.dead_body([dead], "tok", total=1)
+    searched = pages.dead_body([dead], None, query=EVIL, total=3)
+    assert "<script>" not in searched and "1 of 3 dead letters match" in searched
+
+
+def test_dead_letter_search_matches_job_execution_tenant_and_error() -> None:
+    dead = execution_pb2.Execution(
+        id="j-7@5", job_id="j-7", job_name="Nightly", tenant="acme", error="HTTP 503"
+    )
+    for q in ("", "night", "j-7@", "ACME", "503"):
+        assert pages.dead_matches(dead, q), q
+    assert not pages.dead_matches(dead, "weekly")
 
 
 def test_job_search_matches_name_id_tenant_labels_and_state() -> None:

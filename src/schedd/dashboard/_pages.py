@@ -228,6 +228,7 @@ def job_body(
         actions, spec,
         tag("h2", "Next fires"), fires,
         tag("h2", "Recent runs"), run_timeline(runs, zone),
+        tag("p", tag("a", "all its runs", href="/runs?" + urlencode({"q": job.id}), id="all-runs")),
         table(("SCHEDULED MS", f"SCHEDULED ({zone})", "STATE", "ATTEMPT", "LATENESS", "ERROR"),
               run_rows, id_="job-runs") if run_rows else tag("p", "no runs yet"),
         tag("h2", "Dead letters"),
@@ -311,10 +312,28 @@ def runs_body(runs: Sequence[execution_pb2.Execution], state: str, query: str = 
     return join([form, live, tag("div", tbl, id="runs-live", data_src=src)])
 
 
-def dead_body(dead: Sequence[execution_pb2.Execution], token: str | None) -> Markup:
-    """The dead letters, with a redrive button each when actions are on."""
+def dead_matches(d: execution_pb2.Execution, query: str) -> bool:
+    """Whether a dead letter matches the dead-letter page's search: what the runs page's
+    search looks at, and its tenant."""
+    return run_matches(d, query) or (bool(query) and query.lower() in d.tenant.lower())
+
+
+def dead_body(
+    dead: Sequence[execution_pb2.Execution], token: str | None, query: str = "", total: int = 0
+) -> Markup:
+    """The dead letters matching a search (kept in the URL), with a redrive button each when
+    actions are on; ``total`` counts them all, before the search."""
+    form = tag(
+        "form",
+        join([tag("input", name="q", value=query, type="search", id="q",
+                  placeholder="job, execution, tenant or error"),
+              tag("button", "Filter", type="submit")]),
+        method="get", action="/dead", class_="filter",
+    )  # fmt: skip
+    count = f"{len(dead)} of {total} dead letters match" if query else f"{total} dead letters"
     if not dead:
-        return tag("p", "no dead letters", class_="empty")
+        empty = "no dead letters match" if query else "no dead letters"
+        return join([form, tag("p", empty, class_="empty")])
     rows = []
     for d in dead:
         row: list[object] = [d.id, job_cell(d.job_id, d.job_name), d.tenant,
@@ -323,7 +342,8 @@ def dead_body(dead: Sequence[execution_pb2.Execution], token: str | None) -> Mar
             row.append(action_form("redrive", d.id, token, "Redrive", f"Redrive {d.id}?"))
         rows.append(row)
     headers = ("EXECUTION", "JOB", "TENANT", "SCHEDULED (UTC)", "ATTEMPTS", "ERROR")
-    return table(headers + (("ACTION",) if token is not None else ()), rows, id_="dead")
+    tbl = table(headers + (("ACTION",) if token is not None else ()), rows, id_="dead")
+    return join([form, tag("p", count, id="dead-count"), tbl])
 
 
 def lateness_body(runs: Sequence[execution_pb2.Execution]) -> Markup:

@@ -351,12 +351,14 @@ class DashboardServer:
 
     async def _dead(self, request: web.Request) -> web.Response:
         token, fresh = self._token(request)
+        query = request.query.get("q", "")[:200]
 
         async def page() -> web.Response:
             resp = await self.node.api.list_dead_letters(
                 scheduler_pb2.ListDeadLettersRequest(page_size=1000)
             )
-            body = pages.dead_body(list(resp.executions), token)
+            shown = [d for d in resp.executions if pages.dead_matches(d, query)]
+            body = pages.dead_body(shown, token, query, len(resp.executions))
             return self._with_cookie(self._page("Dead letters", body), fresh)
 
         return await self._guard("Dead letters", page)
