@@ -4,7 +4,7 @@ Run: ``.venv/bin/python scripts/bench/node_cost.py [--jobs 20000] [--rounds 3] [
 
 Starts a real etcd, creates ``--jobs`` ``@every 1h`` jobs in one partition, takes the partition's
 owner key, and drives a real :class:`PartitionStore` / :class:`Partition` claim path and
-the :class:`Settler` result path without workers: each round moves a manual clock to
+the :class:`ResultRouter` result path without workers: each round moves a manual clock to
 L before the next fire, claims every due entry (batched fenced txns, as the claim loop does),
 then settles one synthetic ``worker_pb2.Result`` per execution (``--result-batch`` a call, the
 tokens the claims minted) as the dispatcher would. Timings are per execution, per stage: process
@@ -14,13 +14,14 @@ the wall clock for the plain calls in between (pure CPU, and ~10x cheaper to rea
     plan        _plan_fire + the claim item (new_execution, compares and ops)
     claim_txn   PartitionStore.apply* during claims (request build, gRPC, response decode)
     claimed     _claimed minus prepare (arm: Live, wheel timer, next due entry)
-    prepare     Firer.prepare (the dispatch message, built at claim time)
+    prepare     Partition.prepare (the dispatch message, built at claim time)
     fire        the fire instant: the wheel's callback for every execution (overlap check,
                 running index, submit), the dispatcher's pump onto one worker stream with
                 credits for all, and each outgoing NodeMessage serialized as gRPC would
-    decide      _decide (the result's final record and its finish item)
+    decide      the settle policy (the result's final record; its item is built after)
     result_txn  PartitionStore.apply* during results
-    after       result_total minus the above and GC (grouping, token checks, _after, acks)
+    after       result_total minus the above and GC (grouping, token checks, items, what
+                follows a written result, acks)
     history     History.record
     claim_total / result_total / total   whole-path CPU, instrumentation included
                 (``--bare``: no stage timers, totals only)
@@ -53,11 +54,12 @@ from schedd.dispatch import Dispatcher
 from schedd.dispatch._session import WorkerSession
 from schedd.history import History
 from schedd.model import validate_new_job
+from schedd.node import _part_results
 from schedd.node._config import NodeConfig
-from schedd.node._firing import Firer
+from schedd.node._fire_policy import FirePolicy
 from schedd.node._live import OwnedPartitions
 from schedd.node._partition import Partition
-from schedd.node._settling import Settler
+from schedd.node._settling import ResultRouter
 from schedd.store import KV, EtcdConfig, Fence, JobStore, Keys, PartitionStore, connect_etcd
 from schedd.v1 import job_pb2, worker_pb2
 
@@ -202,13 +204,12 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
     clock = ManualClock(first_fire - config.lead_ms)
     history = History(data / "history")
     table = OwnedPartitions(1)
-    firer = Firer(config, clock, history)
-    settler = Settler(config, clock, history, table, firer)
+    router = ResultRouter(table)
+    dispatcher = Dispatcher("bench", router, clock=clock)
     store = PartitionStore(etcd, keys, fence, max_items=config.txn_items)
-    runner = Partition(store, config, clock, history, firer, _Events())
+    policy = FirePolicy(config, clock)
+    runner = Partition(store, config, clock, history, policy, dispatcher, _Events())
     table.add(runner)
-    dispatcher = Dispatcher("bench", settler, clock=clock)
-    firer.dispatcher = dispatcher
     session = dispatcher.open_session(
         worker_pb2.Hello(
             worker_id="bench-worker", queues=["bench"], handlers=["bench.noop"], capacity=1 << 30
@@ -224,9 +225,9 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
     if not args.bare:
         meter.wrap(runner.planner, "_plan_fire", "plan")
         meter.wrap(runner, "_claimed", "claimed")
-        meter.wrap(firer, "prepare", "prepare")
+        meter.wrap(runner, "prepare", "prepare")
         meter.wrap(store, "apply", lambda: f"{meter.phase}_txn")
-        meter.wrap(settler, "_decide", "decide")
+        meter.wrap(_part_results, "settle", "decide")
         meter.wrap(history, "record", "history")
 
     profiler = cProfile.Profile() if args.profile else None
@@ -276,7 +277,7 @@ async def _run(args: argparse.Namespace, endpoint: str, data: Path) -> list[dict
         t1, w1 = time.process_time_ns(), time.perf_counter()
         accepted = 0
         for i in range(0, len(results), args.result_batch):
-            acks = await settler.on_results("bench-worker", results[i : i + args.result_batch])
+            acks = await router.on_results("bench-worker", results[i : i + args.result_batch])
             accepted += sum(a.accepted for a in acks)
         result_ns, result_wall = time.process_time_ns() - t1, time.perf_counter() - w1
         result_gc_ns = gcm.ns - gc_before_results

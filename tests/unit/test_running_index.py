@@ -1,14 +1,13 @@
-"""The node's index of dispatched executions per job (overlap policies read it; pure)."""
+"""A partition's index of dispatched executions per job (overlap policies read it; pure)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from unit.partition_kit import config, own
 
 from schedd._clock import ManualClock
-from schedd.node._config import NodeConfig
-from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions, RunningIndex
-from schedd.node._settling import Settler
+from schedd.node._settling import ResultRouter
+from schedd.store import MemoryKV
 from schedd.v1 import worker_pb2
 
 
@@ -38,15 +37,16 @@ def test_forgetting_another_execution_keeps_the_single_one() -> None:
     assert m.ids("j") == ["j@1"]
 
 
-def test_a_reported_result_ends_running_unless_the_worker_gave_it_back() -> None:
-    cfg = NodeConfig(node_id="t", data_dir=Path("/nonexistent"))
-    firer = Firer(cfg, ManualClock(0), history=None)  # type: ignore[arg-type]
-    settler = Settler(cfg, ManualClock(0), None, OwnedPartitions(cfg.partitions), firer)  # type: ignore[arg-type]
-    m = firer.running
+async def test_a_reported_result_ends_running_unless_the_worker_gave_it_back() -> None:
+    clock = ManualClock(0)
+    table = OwnedPartitions(1)
+    part = await own(MemoryKV(clock=clock), clock, None, config())
+    table.add(part)
+    m = part.running
     m.add("j", "j@1")
     m.add("k", "k@1")
     m.add("l", "l@1")
-    settler.on_reported(
+    ResultRouter(table).on_reported(
         [
             worker_pb2.Result(execution_id="j@1", outcome=worker_pb2.OUTCOME_SUCCEEDED),
             worker_pb2.Result(execution_id="k@1", outcome=worker_pb2.OUTCOME_CANCELLED),

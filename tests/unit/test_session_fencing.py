@@ -4,21 +4,18 @@ before the TTL, and while it may not act, nothing is fired or handed out."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from unit.partition_kit import Outbox, config, live, own
 
 from schedd._clock import ManualClock
 from schedd._errors import Unavailable
 from schedd.coord import Session
 from schedd.dispatch import Dispatcher
-from schedd.node._config import NodeConfig
-from schedd.node._firing import Firer
-from schedd.node._live import Live
+from schedd.node._fire_policy import FirePolicy
 from schedd.store import MemoryKV
-from schedd.v1 import execution_pb2, worker_pb2
+from schedd.v1 import worker_pb2
 
 
 async def _run_for(clock: ManualClock, seconds: float, step: float = 0.05) -> None:
@@ -77,22 +74,18 @@ async def test_a_process_resumed_after_a_pause_finds_itself_fenced() -> None:
 
 async def test_a_fenced_node_fires_nothing_and_retries_shortly() -> None:
     clock = ManualClock(5_000)
-    firer = Firer(NodeConfig(node_id="t", data_dir=Path("/nonexistent")), clock, None)  # type: ignore[arg-type]
-    sent: list[Any] = []
-    firer.dispatcher = SimpleNamespace(submit=sent.extend, hold=list)  # type: ignore[assignment]
-    armed: list[tuple[str, int]] = []
-    part = SimpleNamespace(
-        partition=0, live={}, jobs={}, arm_at=lambda lv, at: armed.append((lv.ex.id, at))
-    )
-    live = Live(execution_pb2.Execution(id="j@5000", job_id="j", due_ms=5_000, fencing_token=3))
-    part.live[live.ex.id] = live
-    firer.may_act = lambda: False
-    await firer.fire(part, [live])  # type: ignore[arg-type]
-    assert sent == [] and not live.dispatched
-    assert armed == [("j@5000", 5_100)]
-    firer.may_act = lambda: True
-    await firer.fire(part, [live])  # type: ignore[arg-type]
-    assert [d.execution_id for d in sent] == ["j@5000"] and live.dispatched
+    acting = False
+    cfg = config()
+    policy = FirePolicy(cfg, clock, may_act=lambda: acting)
+    out = Outbox()
+    part = await own(MemoryKV(clock=clock), clock, None, cfg, policy=policy, outbound=out)
+    lv = live(part, "j@5000", due_ms=5_000, token=3)
+    await part.fire([lv])
+    assert out.sent == [] and not lv.dispatched
+    assert part.wheel.next_expiry_ms() == 5_100  # re-armed shortly after
+    acting = True
+    await part.fire([lv])
+    assert out.sent == ["j@5000"] and lv.dispatched
 
 
 def test_a_fenced_dispatcher_holds_nothing() -> None:

@@ -5,7 +5,7 @@ A target that fails for a while (a circuit breaker's cool-down, a ``Retry-After`
 many executions of one job to retry at the same instant. Their retry timers used to share the
 key ``due/{p}/{due_ms}/{job}``: in one settle transaction etcd refused the whole batch, every
 result in it was refused and handed out again, and the cycle repeated at full speed. These
-tests drive the real :class:`Settler` and :class:`Partition` over :class:`MemoryKV` with a
+tests drive the real :class:`ResultRouter` and :class:`Partition` over :class:`MemoryKV` with a
 manual clock: no etcd, no sleeps.
 """
 
@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import grpc
 import pytest
+from unit.partition_kit import KEYS, config, own
 
 from schedd._clock import ManualClock
 from schedd.history import History
 from schedd.model import validate_new_job
-from schedd.node._config import NodeConfig
-from schedd.node._firing import Firer
 from schedd.node._live import OwnedPartitions
 from schedd.node._partition import Partition
-from schedd.node._settling import Settler
+from schedd.node._settling import ResultRouter
 from schedd.node._window import DueWindow
 from schedd.obs import NoopRecorder
 from schedd.store import (
@@ -35,7 +33,6 @@ from schedd.store import (
     Fence,
     Item,
     JobStore,
-    Keys,
     MemoryKV,
     PartitionStore,
     TxnRejected,
@@ -44,7 +41,6 @@ from schedd.store import (
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 NOW = 1_700_000_000_000
-KEYS = Keys(b"/t/")
 FAILED = worker_pb2.OUTCOME_FAILED
 
 
@@ -73,29 +69,21 @@ def _job(job_id: str) -> job_pb2.Job:
 
 
 class Node:
-    """One partition of a node on the memory store: the real Partition, Firer and Settler."""
+    """One partition of a node on the memory store: the real Partition and ResultRouter."""
 
     def __init__(self, kv: MemoryKV, clock: ManualClock, tmp_path: Path) -> None:
-        cfg = NodeConfig(node_id="n", data_dir=tmp_path, partitions=1)
+        self.cfg = config(tmp_path)
         self.kv, self.clock = kv, clock
         self.history = History(tmp_path / "history")
-        self.firer = Firer(cfg, clock, self.history)
         self.recorder = Rejections()
         self.table = OwnedPartitions(1)
-        self.settler = Settler(
-            cfg, clock, self.history, self.table, self.firer, rng=random.Random(1)
-        )
-        self.cfg = cfg
+        self.router = ResultRouter(self.table)
 
     async def own(self, store: PartitionStore | None = None) -> Partition:
-        owner = KEYS.owner_key(0)
-        store = store or PartitionStore(
-            self.kv, KEYS, Fence(0, owner, await self.kv.put(owner, b"n"))
-        )
-        events = SimpleNamespace(partition_lost=lambda *a: None, partition_failed=lambda *a: None)
-        partition = Partition(
-            store, self.cfg, self.clock, self.history, self.firer, events, recorder=self.recorder
-        )
+        partition = await own(
+            self.kv, self.clock, self.history, self.cfg, store=store, recorder=self.recorder,
+            rng=random.Random(1),
+        )  # fmt: skip
         partition.window.end = NOW + 3_600_000
         self.table.add(partition)
         return partition
@@ -147,7 +135,7 @@ async def test_executions_told_to_retry_at_one_instant_all_settle(
     runs = await _running(partition, jobs, "j1", [NOW - 3000, NOW - 2000, NOW - 1000])
     runs += await _running(partition, jobs, "j2", [NOW - 3000])
     # Every one is told "retry in 5 s" (the breaker's cool-down): one instant for all.
-    acks = await node.settler.on_results("w", [_failed(ex, 5000) for ex in runs])
+    acks = await node.router.on_results("w", [_failed(ex, 5000) for ex in runs])
     assert [a.accepted for a in acks] == [True] * 4, [a.message for a in acks]
     due_at = NOW + 5000
     for ex in runs:
@@ -173,7 +161,7 @@ async def test_the_retry_timers_are_claimed_each_once(setup: tuple[Node, JobStor
     node, jobs = setup
     partition = await node.own()
     runs = await _running(partition, jobs, "j1", [NOW - 3000, NOW - 2000, NOW - 1000])
-    await node.settler.on_results("w", [_failed(ex, 5000) for ex in runs])
+    await node.router.on_results("w", [_failed(ex, 5000) for ex in runs])
     partition.live.clear()
     node.clock.advance(5)
     # One claim per job per transaction, so three rounds, each claiming the next one.
@@ -260,7 +248,7 @@ async def test_a_refused_result_leaves_the_rest_and_is_retried_with_backoff(
         )
         for ex in runs
     ]
-    acks = await node.settler.on_results("w", ok)
+    acks = await node.router.on_results("w", ok)
     assert [a.accepted for a in acks] == [True, False, True]
     assert acks[1].code == grpc.StatusCode.UNAVAILABLE.value[0]
     assert "refused" in acks[1].message and "duplicate key" in acks[1].message
@@ -287,7 +275,7 @@ async def test_a_retry_whose_timer_was_lost_is_adopted(setup: tuple[Node, JobSto
     node, jobs = setup
     partition = await node.own()
     [ex] = await _running(partition, jobs, "j1", [NOW - 1000])
-    await node.settler.on_results("w", [_failed(ex, 5000)])
+    await node.router.on_results("w", [_failed(ex, 5000)])
     assert ex.id not in partition.live
     due_at = NOW + 5000
     assert await node.kv.delete(KEYS.run_due_key(0, due_at, "j1", ex.scheduled_ms)) == 1
@@ -307,7 +295,7 @@ async def test_a_retry_timer_of_key_format_1_is_claimed_at_its_key(
     node, jobs = setup
     partition = await node.own()
     [ex] = await _running(partition, jobs, "j1", [NOW - 1000])
-    await node.settler.on_results("w", [_failed(ex, 5000)])
+    await node.router.on_results("w", [_failed(ex, 5000)])
     due_at = NOW + 5000
     named = KEYS.run_due_key(0, due_at, "j1", ex.scheduled_ms)
     legacy = KEYS.due_key(0, due_at, "j1")

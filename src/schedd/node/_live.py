@@ -1,10 +1,9 @@
-"""What a node holds in memory about executions between their claim and their result, and
-the seams between a partition and the roles around it.
+"""What a node holds in memory about executions between their claim and their result.
 
-:class:`Live` is one claimed, unfinished execution (owned by its :class:`~._partition.Partition`);
-:class:`RunningIndex` is which executions of each job are out on workers (owned by the
-:class:`~._firing.Firer`, read by the overlap policies); :class:`OwnedPartitions` is the table
-of the partitions this node runs, with the lookup from an execution id to its partition.
+:class:`Live` is one claimed, unfinished execution and :class:`RunningIndex` which executions
+of each job are out on workers (both owned by their :class:`~._partition.Partition`; the
+overlap policies read the index); :class:`OwnedPartitions` is the table of the partitions this
+node runs, with the lookup from an execution id to its partition.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from schedd.store import parse_execution_id, partition_of
 from schedd.v1 import execution_pb2, worker_pb2
@@ -42,43 +41,6 @@ class Live:
         """When it may start: its due time, or the later slot its tenant's limits gave it."""
         due = self.ex.due_ms
         return self.slot_ms if self.gate_due == due and self.slot_ms > due else due
-
-
-class Firing(Protocol):
-    """What a partition hands its claimed executions to (the node's :class:`~._firing.Firer`)."""
-
-    def prepare(self, partition: Partition, live: Live) -> int:
-        """Readies a claimed execution; returns when its timer should fire."""
-        ...
-
-    async def fire(self, partition: Partition, lives: list[Live]) -> None:
-        """The wheel fired these."""
-        ...
-
-    def adopt(self, partition: Partition, runs: list[execution_pb2.Execution]) -> None:
-        """Takes over re-tokened executions another epoch (or an unknown write) left: each
-        becomes live in the partition and is armed, or first probed for on the workers."""
-        ...
-
-    def cancel(self, partition: Partition, live: Live, reason: str) -> None:
-        """This execution left the partition (changed in etcd): stop whatever it is doing."""
-        ...
-
-    def dispatch_backlogged(self) -> bool:
-        """Claimed executions wait for workers past the node's bound: claim nothing now."""
-        ...
-
-
-class PartitionEvents(Protocol):
-    """What a partition tells its node about itself."""
-
-    def partition_lost(self, partition: int, reason: str) -> None:
-        """The fence no longer holds: stop using the partition."""
-        ...
-
-    def partition_failed(self, partition: int, reason: str) -> None:
-        """A loop of the partition crashed: release it, so it is claimed afresh."""
-        ...
 
 
 class Doubts:
@@ -139,11 +101,11 @@ class RunningIndex:
     per fire); several map to a set.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_discard: Callable[[str], None] | None = None) -> None:
         self.by_job: dict[str, str | set[str]] = {}
         self.buffered: dict[str, Live] = {}  # job id -> the one fire waiting (BUFFER_ONE)
         #: Told of every execution that ends or leaves (the tenant limits' running counts).
-        self.on_discard: Callable[[str], None] | None = None
+        self.on_discard = on_discard
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.by_job

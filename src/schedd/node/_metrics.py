@@ -14,7 +14,7 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
     """Registers the node's scrape-time gauges on ``rec``."""
     partitions = node.partitions
     dispatcher = node.dispatcher
-    limiter = node.firer.tenants
+    limiter = node.policy.tenants
 
     def timers() -> float:
         return float(sum(len(p.wheel) for p in partitions.values()))

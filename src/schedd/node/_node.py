@@ -6,7 +6,7 @@ await node.start()      # serving; partitions are claimed in the background
 await node.stop()       # releases partitions first, so a peer takes over at once
 
 The node itself only wires and runs the roles: :class:`~._partition.Partition` per owned
-partition, the :class:`~._firing.Firer`, the :class:`~._settling.Settler` behind the
+partition, the :class:`~._fire_policy.FirePolicy`, the :class:`~._settling.ResultRouter` behind the
 dispatcher, the :class:`~._notify.NotifyWatcher` and the :class:`~._upkeep.StoreUpkeep`. Its
 background loops are supervised: one that fails is logged and restarted.
 """
@@ -54,14 +54,14 @@ from schedd.node._api import NodeApi, page_size
 from schedd.node._cluster_views import ClusterViews, PeerAnswers
 from schedd.node._config import NodeConfig
 from schedd.node._fanout import Fanout
-from schedd.node._firing import Firer
+from schedd.node._fire_policy import FirePolicy, Waiter
 from schedd.node._live import OwnedPartitions
 from schedd.node._metrics import node_gauges
 from schedd.node._notify import NotifyWatcher
 from schedd.node._partition import Partition
 from schedd.node._servicer import PeerServicer, SchedulerServicer
-from schedd.node._settling import Settler
-from schedd.node._tenants import describe_limits
+from schedd.node._settling import ResultRouter
+from schedd.node._tenants import Admitted, describe_limits
 from schedd.node._upkeep import StoreUpkeep
 from schedd.node._views import advancement, matches, merge_executions
 from schedd.obs import Health, MetricsRecorder, NoopRecorder
@@ -183,23 +183,26 @@ class Node:
             )  # fmt: skip
         self.config = cfg = replace(cfg, partitions=meta.partitions)
         self.cluster_id = meta.cluster_id
-        self.partitions = OwnedPartitions(cfg.partitions)
-        self.firer = Firer(cfg, self.clock, self.history)
-        self.firer.sealer = self.sealer
-        if self.metrics is not None:
-            self.firer.recorder = self.recorder
-        self.settler = Settler(
-            cfg, self.clock, self.history, self.partitions, self.firer, recorder=self.recorder
-        )
+        partitions = self.partitions = OwnedPartitions(cfg.partitions)
+
+        def is_live(execution_id: str) -> bool:
+            part = partitions.of_execution(execution_id)
+            return part is not None and execution_id in part.live
+
+        # Self-fencing: nothing is fired or handed out while the session may have expired.
+        self.policy = FirePolicy(
+            cfg, self.clock, may_act=self._may_act, sealer=self.sealer, recorder=self.recorder,
+            on_admitted=self._admitted, share=lambda: len(partitions) / partitions.count,
+            is_live=is_live,
+        )  # fmt: skip
         dcfg = DispatchConfig(
             heartbeat_interval_ms=cfg.heartbeat_interval_ms, lease_timeout_ms=cfg.lease_timeout_ms
         )
         self.dispatcher = Dispatcher(
-            cfg.node_id, self.settler, config=dcfg, clock=self.clock, recorder=self.recorder
-        )
-        self.firer.dispatcher = self.dispatcher
-        # Self-fencing: nothing is fired or handed out while the session may have expired.
-        self.firer.may_act = self.dispatcher.may_dispatch = self._may_act
+            cfg.node_id, ResultRouter(partitions), config=dcfg, clock=self.clock,
+            recorder=self.recorder,
+        )  # fmt: skip
+        self.dispatcher.may_dispatch = self._may_act
         self.dispatcher.live_until_ms = self._live_until_ms
         self.jobs = JobStore(
             self.kv, self.keys, cfg.partitions, batch=cfg.txn_items, sealer=self.sealer
@@ -324,17 +327,9 @@ class Node:
             raise
 
     async def _watch_tenants(self) -> None:
-        """Mirrors the tenants' limits into the firer's limiter; this node enforces the share
-        of them that its partitions are of all partitions."""
-        limiter = self.firer.tenants
-        partitions = self.partitions
-        limiter.share = lambda: len(partitions) / partitions.count
-
-        def is_live(execution_id: str) -> bool:
-            part = partitions.of_execution(execution_id)
-            return part is not None and execution_id in part.live
-
-        limiter.is_live = is_live
+        """Mirrors the tenants' limits into the fire policy's limiter; this node enforces the
+        share of them that its partitions are of all partitions."""
+        limiter = self.policy.tenants
         mirror = self.tenant_limits = PrefixMirror(
             self.kv, self.keys.tenants_prefix(), clock=self.clock
         )
@@ -349,8 +344,7 @@ class Node:
                     "tenant limits: %s", describe_limits(limits) or "none",
                     extra={"node": self.config.node_id},
                 )  # fmt: skip
-            self.firer.let_go(limiter.set_limits(limits))
-            self.firer.let_go(limiter.drain(self.clock.now_ms()))
+            self.policy.set_limits(limits)
 
         mirror.add_listener(changed)
         await mirror.start()
@@ -534,8 +528,9 @@ class Node:
             sealer=self.sealer,
         )
         part = Partition(
-            store, self.config, self.clock, self.history, self.firer, self, recorder=self.recorder
-        )
+            store, self.config, self.clock, self.history, self.policy, self.dispatcher, self,
+            recorder=self.recorder,
+        )  # fmt: skip
         self.partitions.add(part)
         self.recorder.ownership_changed()
         self.recorder.partitions_owned(len(self.partitions))
@@ -558,13 +553,18 @@ class Node:
         self.recorder.ownership_changed()
         self.recorder.partitions_owned(len(self.partitions))
         self.dispatcher.forget(ids)
-        for eid in ids:
-            job_id, _ = parse_execution_id(eid)
-            self.firer.running.discard(job_id, eid)
         log.info(
             "partition %d released (%s)", partition, reason,
             extra={"node": self.config.node_id, "partition": partition},
         )  # fmt: skip
+
+    def _admitted(self, admitted: list[Admitted[Waiter]]) -> None:
+        """Fires that waited for their tenant's running slot go back to their partitions."""
+        for a in admitted:
+            number, live = a.item
+            part = self.partitions.get(number)
+            if part is not None:
+                part.admitted(live, a.slot_ms)
 
     def partition_lost(self, partition: int, reason: str) -> None:
         """A partition's fence no longer holds (:class:`PartitionEvents`): stop it."""

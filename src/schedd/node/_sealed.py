@@ -3,8 +3,9 @@
 A partition owner reads leniently (``store.Sealer``): a value that does not decrypt on this
 node (changed in etcd, or under a key this node lacks) stays encrypted in memory instead of
 stopping the partition. Nothing encrypted may reach a worker, which would get ciphertext for
-its payload, checkpoint, header or environment: the :class:`~._firing.Firer` splits such
-executions off (:func:`split_sealed`) and ends them as dead letters (:func:`refusal`).
+its payload, checkpoint, header or environment: the :class:`~._fire_policy.FirePolicy`
+splits such executions off (:func:`split_sealed`) and the partition ends them as dead letters
+(:func:`refusal`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ per tenant and are admitted, in order, as executions end.
 Worked example: rate 2 per second, burst 2, share 1; five fires due at t=0 get slots 0, 0,
 500, 1000, 1500 ms.
 
-Pure and synchronous: the :class:`~._firing.Firer` calls it and acts on its answers; the
+Pure and synchronous: the :class:`~._fire_policy.FirePolicy` calls it and acts on its answers; the
 clock is whatever ``now_ms`` the caller passes.
 """
 
@@ -95,11 +95,15 @@ class TenantLimiter(Generic[T]):
             rest from the running counts).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        share: Callable[[], float] = lambda: 1.0,
+        is_live: Callable[[str], bool] = lambda _eid: True,
+    ) -> None:
         self._tenants: dict[str, _Tenant[T]] = {}
         self._tenant_of: dict[str, str] = {}  # execution id -> tenant, while it counts as running
-        self.share: Callable[[], float] = lambda: 1.0
-        self.is_live: Callable[[str], bool] = lambda _eid: True
+        self.share = share
+        self.is_live = is_live
 
     # -- limits ----------------------------------------------------------------------------------
 

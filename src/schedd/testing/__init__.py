@@ -26,9 +26,9 @@ months in milliseconds of real time, and asserts which runs happened::
 What runs is schedd's own code, not a model of it: the client API (validation and its
 errors, idempotency keys, the store's transactions) on the in-memory store with etcd's
 semantics; per partition the node's ``Partition`` (its due window, claims made ahead of the
-fire, misfire policies, the timer wheel) under a real fence; the node's ``Firer`` (overlap
-policies) and ``Settler`` (results by fencing token, retries with exponential backoff and full
-jitter, dead letters); handlers started and judged by the worker SDK's own executor
+fire, misfire policies, the timer wheel; results by fencing token, retries with exponential
+backoff and full jitter, dead letters) under a real fence; the node's ``FirePolicy`` (overlap
+policies); handlers started and judged by the worker SDK's own executor
 (``Context``, payload decoding, ``PermanentError``, deadlines). Only the loops that wait in
 real time are replaced: the harness visits each instant at which something is due, in order,
 and calls the same steps they call. ``down()`` stops the node and starts a new one that takes

@@ -2,13 +2,13 @@
 
 A :class:`SimNode` is what ``schedd node`` runs for its partitions, minus the processes and
 the network: per partition the real :class:`~schedd.node._partition.Partition` (window, claim
-planner, misfire policies, timer wheel) under its own fence; the real
-:class:`~schedd.node._firing.Firer` (overlap policies) and
-:class:`~schedd.node._settling.Settler` (results, retries with backoff and full jitter, dead
-letters); the real :class:`~schedd.node._notify.NotifyWatcher` routing the client API's
-notices. Instead of their loops (which wait on the event loop's real clock) the harness calls
-:meth:`step` at each instant of virtual time it visits, and :meth:`next_event_ms` says which
-instant comes next.
+planner, misfire policies, timer wheel; results, retries with backoff and full jitter, dead
+letters) under its own fence; the real :class:`~schedd.node._fire_policy.FirePolicy`
+(overlap policies) and :class:`~schedd.node._settling.ResultRouter`; the real
+:class:`~schedd.node._notify.NotifyWatcher` routing the client API's notices. Instead of
+their loops (which wait on the event loop's real clock) the harness calls :meth:`step` at
+each instant of virtual time it visits, and :meth:`next_event_ms` says which instant comes
+next.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 
 from schedd._clock import ManualClock
 from schedd.node._config import NodeConfig
-from schedd.node._firing import Firer
+from schedd.node._fire_policy import FirePolicy
 from schedd.node._live import OwnedPartitions
 from schedd.node._notify import NotifyWatcher
 from schedd.node._partition import Partition
-from schedd.node._settling import Settler
+from schedd.node._settling import ResultRouter
 from schedd.store import Fence, Keys, MemoryKV, PartitionStore, prefix_end
 from schedd.testing._runs import RunLog
 from schedd.testing._workers import WORKER_ID, WorkerPool
@@ -77,10 +77,10 @@ class SimNode:
         self.kv, self.keys, self.clock, self.config = kv, keys, clock, config
         self.runs = runs
         self.workers = workers
-        self.firer = Firer(config, clock, runs)
-        self.firer.dispatcher = workers  # type: ignore[assignment]  # the Firer's subset of it
+        self.policy = FirePolicy(config, clock)
         self.table = OwnedPartitions(config.partitions)
-        self.settler = Settler(config, clock, runs, self.table, self.firer, rng=rng)
+        self.router = ResultRouter(self.table)
+        self.rng = rng
         self.notices = NotifyWatcher(kv, keys, self.table, clock)
         self.events = _Events()
         self.partitions: list[Partition] = []
@@ -98,7 +98,8 @@ class SimNode:
             fence = Fence(p, owner, await self.kv.put(owner, b"harness"))
             part = Partition(
                 PartitionStore(self.kv, self.keys, fence),
-                self.config, self.clock, self.runs, self.firer, self.events,
+                self.config, self.clock, self.runs, self.policy, self.workers, self.events,
+                rng=self.rng,
             )  # fmt: skip
             self.table.add(part)
             self.partitions.append(part)
@@ -158,10 +159,10 @@ class SimNode:
     async def _settle_reports(self) -> bool:
         started, results = self.workers.take_reports()
         if started:
-            await self.settler.on_started(WORKER_ID, started)
+            await self.router.on_started(WORKER_ID, started)
         if results:
-            self.settler.on_reported(results)
-            await self.settler.on_results(WORKER_ID, results)
+            self.router.on_reported(results)
+            await self.router.on_results(WORKER_ID, results)
         return bool(started or results)
 
     async def next_event_ms(self) -> int | None:

@@ -1,8 +1,8 @@
 """What a harness records: executions as :class:`Run`, attempts as :class:`Attempt`.
 
 Finished executions reach :class:`RunLog` exactly where a node records its history (the real
-``Firer``, ``Settler`` and ``Partition`` call ``History.record``); attempts are recorded by the
-in-process workers as they run each one.
+``Partition`` calls ``History.record``); attempts are recorded by the in-process workers as
+they run each one.
 """
 
 from __future__ import annotations

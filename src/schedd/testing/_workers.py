@@ -1,6 +1,6 @@
 """The harness's workers: every dispatch runs at once, in this process, on virtual time.
 
-:class:`WorkerPool` stands where the node's dispatcher stands (the ``Firer`` hands it
+:class:`WorkerPool` stands where the node's dispatcher stands (its partitions hand it
 dispatches, probes and cancels) and plays the workers too: one pool of unlimited capacity that
 serves every queue. An attempt runs the way the worker SDK runs it: the registered function is
 started by the SDK's own :class:`~schedd.worker._handler.HandlerExecutor` (an ``async def``
@@ -85,9 +85,9 @@ class WorkerPool:
     """In-process workers of unlimited capacity, and the node's dispatcher for them.
 
     The node side calls :meth:`submit`, :meth:`hold`, :meth:`probe`, :meth:`cancel` and
-    :meth:`pending_count` (what ``Firer`` uses of ``schedd.dispatch.Dispatcher``); the
+    :meth:`pending_count` (a partition's outbound port, as the node's dispatcher is); the
     harness collects what the workers report with :meth:`take_reports` and hands it to the
-    node's ``Settler``, as a worker stream would.
+    node's ``ResultRouter``, as a worker stream would.
     """
 
     def __init__(self, clock: ManualClock) -> None:
@@ -110,7 +110,7 @@ class WorkerPool:
             self._runtime = Runtime(loop, ThreadBridge(loop, _InlinePool()))
         return self._runtime
 
-    # -- the dispatcher's side, as the Firer calls it ------------------------------------------
+    # -- the dispatcher's side, as the partitions call it --------------------------------------
 
     def submit(self, dispatches: Sequence[worker_pb2.Dispatch]) -> None:
         """Starts every dispatch now (a worker with a free slot takes each at once)."""
