@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import grpc.aio
 
 from schedd._clock import Clock, SystemClock
+from schedd._supervise import SupervisedLoop
 from schedd.auth import Caller
 from schedd.dispatch._config import (
     FENCED_RETRY_S,
@@ -30,7 +31,7 @@ from schedd.dispatch._result_settler import ResultSettler
 from schedd.dispatch._routing import hand_out
 from schedd.dispatch._servicer import WorkerStreamServicer
 from schedd.dispatch._session import WorkerSession, check_hello
-from schedd.dispatch._supervision import SupervisedLoop, guarded
+from schedd.dispatch._supervision import guarded
 from schedd.dispatch._vouch import unlimited, vouch
 from schedd.dispatch._waiting import Reason, Waiting, unserved_warning
 from schedd.obs import MetricsRecorder, NoopRecorder
