@@ -40,7 +40,8 @@ from schedd.client import Client, build_job
 from schedd.dev import EtcdProcess, free_port
 from schedd.model import validate_new_job_parsed
 from schedd.store import EtcdConfig, JobStore, Keys, connect_etcd
-from schedd.store._jobs import _notify, first_state
+from schedd.store._job_create import first_state
+from schedd.store._notify import notify_ops
 from schedd.store._records import FIRE, DueEntry
 from schedd.v1 import job_pb2
 
@@ -78,7 +79,7 @@ def _items(store: JobStore, prefix: str, n: int, now: int) -> list[tuple[list[ob
                 )
             )  # fmt: skip
             touched.setdefault(job.partition, []).append((job.id, state.due_ms, state.next_fire_ms))
-        txns.append((nested + _notify(o, k, {}, touched), len(nested)))
+        txns.append((nested + notify_ops(o, k, {}, touched), len(nested)))
     return txns
 
 

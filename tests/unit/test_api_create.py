@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import schedd.schedule
-import schedd.store._jobs
+import schedd.store._job_create
 from schedd._clock import ManualClock
 from schedd.node._api import NodeApi
 from schedd.store import JobStore, Keys, MemoryKV
@@ -35,7 +35,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(expr, tz, **kwargs)
 
     monkeypatch.setattr(schedd.schedule, "parse_schedule", counting)
-    monkeypatch.setattr(schedd.store._jobs, "parse_schedule", counting)
+    monkeypatch.setattr(schedd.store._job_create, "parse_schedule", counting)
     return calls
 
 

@@ -41,7 +41,7 @@ def _started(config: DispatchConfig, clock: Any = None) -> tuple[Dispatcher, Los
 
 
 def _failures(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if f"{name} failed" in r.getMessage() and r.exc_info]
+    return [r for r in caplog.records if f"{name} crashed" in r.getMessage() and r.exc_info]
 
 
 async def test_a_settler_that_fails_is_logged_and_restarted_and_settles_on(

@@ -19,8 +19,8 @@ from cryptography.x509.oid import NameOID
 from schedd import InvalidArgument, TlsHandshakeFailed
 from schedd._tls import TlsConfigError, TlsFiles
 from schedd.cli._exit import tls_advice
+from schedd.cli._serve_flags import TLS_FLAGS
 from schedd.cli.schedctl import cli as schedctl
-from schedd.cli.schedd_main import TLS_FLAGS
 from schedd.cli.schedd_main import main as schedd
 from schedd.client import Client, ClientTls
 from schedd.dev._ca import make_dev_ca

@@ -5,55 +5,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from schedd._errors import SchedError
 from schedd._gc import tune_gc
 from schedd._limits import GRPC_MAX_MESSAGE_BYTES, GRPC_MIN_MESSAGE_BYTES
-from schedd._logfmt import LOG_FORMATS, bind_process, configure_logging, json_logs
-from schedd._tls import TlsConfigError, TlsFiles
+from schedd._logfmt import LOG_FORMATS, configure_logging, json_logs
 from schedd.cli._bootstrap import token_group
-from schedd.cli._keys import encryption_keys_option, keys, load_keyring
+from schedd.cli._keys import encryption_keys_option, keys
 from schedd.cli._kinds import job_kind_configs, job_kind_options
+from schedd.cli._node_command import node_config, serve_node
+from schedd.cli._serve_flags import http_options, metrics_option, tls_files, tls_options
 from schedd.cli._store_flags import store_options
 
 if TYPE_CHECKING:
-    from schedd.store import StoreConfig
-
-#: TlsFiles' settings as the flags of ``schedd node`` and ``schedd worker`` name them.
-TLS_FLAGS = {
-    "cert_file": "--tls-cert-file",
-    "key_file": "--tls-key-file",
-    "ca_file": "--tls-ca-file",
-    "server_name": "--tls-server-name",
-}
-#: Each TLS flag's help, for a node and for a worker.
-_TLS_HELP = {
-    "node": {
-        "cert_file": "serve gRPC over TLS with this certificate (PEM, with --tls-key-file); the"
-        " dashboard and metrics then serve HTTPS with it, asking no client certificate",
-        "key_file": "the private key of --tls-cert-file (PEM, not encrypted)",
-        "ca_file": "require client certificates signed by this CA (PEM): workers, schedctl and"
-        " peers (mutual TLS); peers' certificates are verified against it too",
-        "server_name": "name the peers' certificates are verified against, when they do not"
-        " hold the host each peer advertises",
-    },
-    "worker": {
-        "cert_file": "client certificate for nodes that require one (PEM, with"
-        " --tls-key-file); --metrics-listen then serves HTTPS with it",
-        "key_file": "the private key of --tls-cert-file (PEM, not encrypted)",
-        "ca_file": "connect over TLS, verifying the nodes' certificates against this CA (PEM;"
-        " without it but with another --tls-* flag: the system's CAs)",
-        "server_name": "name the nodes' certificates must hold (default: the host dialled)",
-    },
-}
+    from schedd.node import Node
 
 log = logging.getLogger("schedd.cli")
 
@@ -86,113 +56,6 @@ def _say(message: str, *args: object, node: str | None = None, error: bool = Fal
         log.log(logging.ERROR if error else logging.INFO, message, *args, extra=extra)
     else:
         click.echo(message % args if args else message, err=True)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _check_listen(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    port = value.rpartition(":")[2]
-    if value and (not port.isdigit() or not 0 <= int(port) <= 65535):
-        raise click.BadParameter(f"give HOST:PORT, got {value!r}")
-    return value
-
-
-#: The help's note on HTTPS, for commands that take --tls-cert-file.
-_HTTPS_NOTE = ", or https:// with --tls-cert-file (no client certificate asked)"
-
-
-def metrics_option(func: F | None = None, *, default: str = "", https: bool = True) -> Any:
-    """``--metrics-listen HOST:PORT``: serve Prometheus metrics at /metrics ("": off);
-    ``https``: the command serves it over HTTPS with its --tls-cert-file (said in the help)."""
-
-    def wrap(f: F) -> F:
-        return click.option(
-            "--metrics-listen",
-            envvar="SCHEDD_METRICS_LISTEN",
-            default=default,
-            show_default=bool(default),
-            callback=_check_listen,
-            help="serve Prometheus metrics at http://HOST:PORT/metrics"
-            + (_HTTPS_NOTE if https else "")
-            + (" ('' turns it off)" if default else " (default: off)"),
-        )(f)
-
-    return wrap(func) if func is not None else wrap
-
-
-def http_options(func: F | None = None, *, default: str = "", https: bool = True) -> Any:
-    """``--http-listen HOST:PORT`` (the web dashboard; "": off) and ``--http-actions``."""
-
-    def wrap(f: F) -> F:
-        f = click.option(
-            "--http-actions/--no-http-actions",
-            envvar="SCHEDD_HTTP_ACTIONS",
-            default=False,
-            show_default=True,
-            help="let the dashboard pause, resume, trigger and redrive (each confirmed, with a"
-            " CSRF token); off: read-only",
-        )(f)
-        return click.option(
-            "--http-listen",
-            envvar="SCHEDD_HTTP_LISTEN",
-            default=default,
-            show_default=bool(default),
-            callback=_check_listen,
-            help="serve the web dashboard at http://HOST:PORT/"
-            + (_HTTPS_NOTE if https else "")
-            + (" ('' turns it off)" if default else " (default: off)"),
-        )(f)
-
-    return wrap(func) if func is not None else wrap
-
-
-def tls_options(role: str) -> Callable[[F], F]:
-    """``--tls-cert-file``, ``--tls-key-file``, ``--tls-ca-file``, ``--tls-server-name``
-    (env ``SCHEDD_TLS_CERT_FILE``...), with the help of ``role`` (node or worker)."""
-
-    def wrap(f: F) -> F:
-        for field, flag in reversed(TLS_FLAGS.items()):
-            kind = None if field == "server_name" else click.Path(dir_okay=False)
-            f = click.option(
-                flag,
-                "tls_" + field,
-                envvar="SCHEDD_" + flag.removeprefix("--").replace("-", "_").upper(),
-                default=None,
-                type=kind,
-                help=_TLS_HELP[role][field],
-            )(f)
-        return f
-
-    return wrap
-
-
-def tls_files(
-    cert_file: str | None,
-    key_file: str | None,
-    ca_file: str | None,
-    server_name: str | None,
-    *,
-    server: bool,
-) -> TlsFiles | None:
-    """The TLS flags as TlsFiles, their files read now (None: no TLS flag given).
-
-    Raises:
-        click.BadParameter: A flag that cannot be used, named (a node needs a certificate).
-    """
-    if not (cert_file or key_file or ca_file or server_name):
-        return None
-    try:
-        tls = TlsFiles(
-            cert_file=cert_file, key_file=key_file, ca_file=ca_file, server_name=server_name
-        )
-        if server:
-            tls.check_server()
-        else:
-            _ = tls.material
-    except TlsConfigError as exc:
-        raise click.BadParameter(exc.reason(TLS_FLAGS), param_hint=TLS_FLAGS[exc.field]) from exc
-    return tls
 
 
 @main.command()
@@ -318,100 +181,18 @@ def tls_files(
 @metrics_option
 @http_options
 @encryption_keys_option
-def node(
-    auth: bool,
-    store: StoreConfig,
-    listen: str,
-    advertise: str,
-    metrics_listen: str,
-    http_listen: str,
-    http_actions: bool,
-    node_id: str | None,
-    data_dir: str | None,
-    partitions: int,
-    prefix: bytes,
-    session_ttl: int,
-    max_clock_skew_ms: int,
-    lease_timeout_ms: int,
-    heartbeat_interval_ms: int,
-    max_write_txns: int,
-    max_dispatch_backlog: int,
-    history_ttl_s: int,
-    history_prune_interval_s: float,
-    compaction_interval_s: float,
-    compaction_keep_revisions: int,
-    peer_timeout_ms: int,
-    encryption_keys: str | None,
-    tls_cert_file: str | None,
-    tls_key_file: str | None,
-    tls_ca_file: str | None,
-    tls_server_name: str | None,
-    max_message_bytes: int,
-) -> None:
+def node(**flags: Any) -> None:
     """Run a scheduler node (TLS on its gRPC port with --tls-cert-file and --tls-key-file;
     mutual TLS with --tls-ca-file)."""
-    from schedd.node import Node, NodeConfig
-    from schedd.store import StoreFailed
+    cfg = node_config(**flags)
 
-    if heartbeat_interval_ms >= lease_timeout_ms:
-        raise click.BadParameter(
-            f"{heartbeat_interval_ms} ms must be below --lease-timeout-ms ({lease_timeout_ms} ms)",
-            param_hint="--heartbeat-interval-ms",
-        )
-    tls = tls_files(tls_cert_file, tls_key_file, tls_ca_file, tls_server_name, server=True)
-    nid = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
-    bind_process(node=nid)  # every line this process logs names its node
-    cfg = NodeConfig(
-        node_id=nid,
-        listen=listen,
-        advertise=advertise,
-        metrics_listen=metrics_listen,
-        http_listen=http_listen,
-        http_actions=http_actions,
-        auth=auth,
-        tls=tls,
-        max_message_bytes=max_message_bytes,
-        store=store,
-        prefix=prefix,
-        partitions=partitions,
-        data_dir=Path(data_dir or f".schedd-node-{nid}"),
-        session_ttl_s=session_ttl,
-        max_clock_skew_ms=max_clock_skew_ms,
-        lease_timeout_ms=lease_timeout_ms,
-        heartbeat_interval_ms=heartbeat_interval_ms,
-        max_write_txns=max_write_txns,
-        max_dispatch_backlog=max_dispatch_backlog,
-        history_ttl_ms=history_ttl_s * 1000,
-        history_prune_interval_s=history_prune_interval_s,
-        compaction_interval_s=compaction_interval_s,
-        compaction_keep_revisions=compaction_keep_revisions,
-        peer_timeout_ms=peer_timeout_ms,
-        keyring=load_keyring(encryption_keys),
-    )
-
-    async def run() -> None:
-        tune_gc()
-        n = Node(cfg)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await n.start()
-        _say("schedd node %s listening on %s", nid, n.address, node=nid)
-        stopping = asyncio.ensure_future(stop.wait())
-        failing = asyncio.ensure_future(n.failed.wait())
-        await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        failing.cancel()
-        if n.failed.is_set():  # nothing can be given back or released through the store
-            await n.stop(graceful=False)
-            raise StoreFailed(n.failure)
-        await n.stop()
+    def started(n: Node) -> None:
+        _say("schedd node %s listening on %s", cfg.node_id, n.address, node=cfg.node_id)
 
     try:
-        asyncio.run(run())
+        asyncio.run(serve_node(cfg, started))
     except SchedError as exc:
-        _say("schedd node: %s", exc, node=nid, error=True)
+        _say("schedd node: %s", exc, node=cfg.node_id, error=True)
         sys.exit(5)
 
 

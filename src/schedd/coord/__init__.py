@@ -14,7 +14,16 @@ adds to every guarded write. Typical wiring::
     await members.start()
     owner = PartitionOwnership(kv, keys, session, members, OwnershipConfig(meta.partitions),
                                on_acquired=start_partition, on_lost=stop_partition)
-    await owner.run()          # returns when the session is lost or after release_all()
+    owner.start()
+    await owner.wait()         # returns when the session is lost, or after owner.stop()
+    ...
+    await owner.stop(graceful=True, timeout=5)   # partitions released, keys deleted
+    await members.stop()
+    await session.stop()       # the lease revoked
+
+Every part speaks the lifecycle of the rest of schedd: ``start()``, then
+``stop(graceful=True, timeout=None)`` (not graceful: nothing is given back or deleted; the
+session lease takes the keys with it when it expires).
 """
 
 from schedd.coord._membership import Membership, NodeInfo

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from schedd._clock import Clock
 from schedd._errors import Unavailable
+from schedd.coord._bounded import within
 from schedd.coord._mirror import PrefixMirror
 from schedd.coord._session import Session
 from schedd.store import KV, Keys, KeyValue
@@ -153,17 +154,23 @@ class Membership:
         await self._publish()
         self._task = asyncio.create_task(self._refresh_loop(), name=f"membership-{self.node_id}")
 
-    async def close(self) -> None:
-        """Stops refreshing and deletes the record (the session lease would remove it too)."""
+    async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Stops refreshing; graceful: deletes the record too, waiting at most ``timeout``
+        seconds on the clock (otherwise the session lease removes it when it ends)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self._mirror.close()
-        if not self._session.done.is_set():
+        await self._mirror.stop()
+        if graceful and not self._session.done.is_set():
             with contextlib.suppress(Unavailable):
-                await self._kv.delete(self._keys.node_key(self.node_id))
+                delete = self._kv.delete(self._keys.node_key(self.node_id))
+                await within(self._clock, delete, timeout)
+
+    async def close(self) -> None:
+        """Deprecated alias of ``stop()`` (node/ switches to it, then this goes)."""
+        await self.stop()
 
     def live_nodes(self) -> dict[str, NodeInfo]:
         """Node id -> record of every node whose session is alive (as last seen)."""

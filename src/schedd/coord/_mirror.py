@@ -59,12 +59,17 @@ class PrefixMirror:
         await self._relist()
         self._task = asyncio.create_task(self._run(), name=f"mirror-{self.prefix!r}")
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
+        """Stops mirroring (what was mirrored stays readable)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def close(self) -> None:
+        """Deprecated alias of ``stop()`` (node/ switches to it, then this goes)."""
+        await self.stop()
 
     async def _relist(self) -> None:
         kvs, rev = await self._kv.range_all(self.prefix, prefix_end(self.prefix))

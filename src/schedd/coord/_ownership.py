@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import InvalidArgument, Unavailable
+from schedd.coord._bounded import within
 from schedd.coord._membership import Membership
 from schedd.coord._mirror import PrefixMirror
 from schedd.coord._session import Session
@@ -148,6 +149,7 @@ class PartitionOwnership:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._stopping = False
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def node_id(self) -> str:
@@ -163,14 +165,47 @@ class PartitionOwnership:
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Reconciles ownership until the session ends or :meth:`release_all` is called.
+    def start(self) -> None:
+        """Starts reconciling ownership as a task (once), until the session ends or
+        :meth:`stop`; :meth:`wait` returns when it has ended."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._reconcile_loop(), name=f"own-{self.node_id}")
 
-        Returns after the session was lost (every owned partition reported with
-        ``on_lost(p, "session lost")``) or after release_all. etcd errors are logged and
-        retried on the next round. Cancelling it leaves owned keys in place until the
-        session ends; call :meth:`release_all` or close the session for a clean stop.
-        """
+    async def wait(self) -> None:
+        """Returns when the session was lost (every owned partition reported with
+        ``on_lost(p, "session lost")``) or after :meth:`stop`."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Stops claiming. Graceful: ``on_lost(p, "shutdown")`` then a fenced delete for every
+        partition owned (raises Unavailable when the deletes could not be sent; the keys then
+        vanish with the session lease), waiting at most ``timeout`` seconds on the clock. Not
+        graceful: the task is cancelled, owned keys stay until the session ends."""
+        self._stopping = True
+        self._wake.set()
+        task = self._task
+        if not graceful:
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            return
+        if not await within(self._clock, self._release_owned(), timeout):
+            log.warning("node %s: release timed out", self.node_id, extra=self._fields())
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _release_owned(self) -> None:
+        async with self._lock:
+            await self._release(sorted(self._owned), SHUTDOWN)
+
+    async def run(self) -> None:
+        """Deprecated: reconciles in the calling task (node/ moves to start(), wait())."""
+        await self._reconcile_loop()
+
+    async def _reconcile_loop(self) -> None:
+        """Reconciles until the session ends or stopping; etcd errors are logged and retried
+        on the next round."""
         remove = self._membership.add_listener(self._wake.set)
         self._mirror.add_listener(lambda _listed: self._wake.set())
         try:
@@ -192,7 +227,7 @@ class PartitionOwnership:
                 await self._pause()
         finally:
             remove()
-            await self._mirror.close()
+            await self._mirror.stop()
 
     async def _pause(self) -> None:
         waits = [
@@ -436,15 +471,10 @@ class PartitionOwnership:
     # -- shutdown and status --------------------------------------------------------------------
 
     async def release_all(self) -> None:
-        """Graceful shutdown: on_lost(p, "shutdown") then a fenced delete, for every partition.
-
-        Stops :meth:`run` from claiming again (it returns). Raises Unavailable when the
-        deletes could not be sent; the keys then vanish with the session lease.
-        """
+        """Deprecated: the graceful :meth:`stop` for a caller of :meth:`run`."""
         self._stopping = True
         self._wake.set()
-        async with self._lock:
-            await self._release(sorted(self._owned), SHUTDOWN)
+        await self._release_owned()
 
     async def release(self, partition: int, reason: str) -> None:
         """Gives one partition up now (``on_lost`` first, then the fenced delete).

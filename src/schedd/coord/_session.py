@@ -8,6 +8,7 @@ import logging
 
 from schedd._clock import Clock, SystemClock
 from schedd._errors import Unavailable
+from schedd.coord._bounded import within
 from schedd.store import KV
 
 log = logging.getLogger(__name__)
@@ -152,11 +153,12 @@ class Session:
         self._expires_at = sent_at + ttl
         return True
 
-    async def close(self) -> None:
-        """Stops keep-alives and revokes the lease (keys attached to it vanish).
+    async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Stops keep-alives; graceful: revokes the lease too (keys attached to it vanish).
 
-        Safe to call more than once and after the lease was lost. If etcd is unreachable
-        the lease simply expires after its TTL.
+        Safe to call more than once and after the lease was lost. Not graceful, or if etcd
+        is unreachable or the revoke takes longer than ``timeout`` seconds on the clock, the
+        lease simply expires after its TTL.
         """
         already_done = self.done.is_set()
         if self._task is not None:
@@ -164,10 +166,15 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.done.set()
-        if self.lease_id and not already_done:
+        if self.lease_id and not already_done and graceful:
             try:
-                await self._kv.revoke(self.lease_id)
+                if not await within(self._clock, self._kv.revoke(self.lease_id), timeout):
+                    raise Unavailable(f"no answer within {timeout} s")
             except Unavailable as exc:
                 log.warning(
                     "session lease=%x revoke failed, it will expire: %s", self.lease_id, exc
                 )
+
+    async def close(self) -> None:
+        """Deprecated alias of ``stop()`` (node/ switches to it, then this goes)."""
+        await self.stop()

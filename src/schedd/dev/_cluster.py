@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schedd._logfmt import bind_process, json_logs
+from schedd._stop_signal import stop_on_signals, until_stop_or_failure
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
 from schedd.obs._prometheus import PrometheusRecorder
 from schedd.store import EtcdConfig, RocksConfig, StoreConfig, parse_store, store_address
 
 if TYPE_CHECKING:
+    from schedd.worker import Worker
     from schedd.worker._http import HttpConfig
     from schedd.worker._shell import ShellConfig
 
@@ -85,10 +86,6 @@ async def _run(
     http_listen: str = "",
     http_actions: bool = False,
 ) -> int:
-    from schedd.dev.demo_handlers import register
-    from schedd.worker import Worker, WorkerConfig
-    from schedd.worker._http import HttpExecutor
-
     bind_process(node=NODE_ID)  # the one node: its id on every line (JSON logs)
     config, etcd = _store(data_dir, store)
     # One registry for the node and the worker of this process, served by the node; on
@@ -100,58 +97,24 @@ async def _run(
         await asyncio.to_thread(etcd.start)
         config = EtcdConfig(endpoints=(etcd.endpoint,))
     assert config is not None
-    node = Node(
-        NodeConfig(
-            node_id=NODE_ID,
-            listen=listen,
-            store=config,
-            data_dir=data_dir / "node",
-            partitions=8,
-            metrics_listen=metrics_listen,
-            http_listen=http_listen,
-            http_actions=http_actions,
-        ),
-        recorder=recorder,
+    node_config = NodeConfig(
+        node_id=NODE_ID,
+        listen=listen,
+        store=config,
+        data_dir=data_dir / "node",
+        partitions=8,
+        metrics_listen=metrics_listen,
+        http_listen=http_listen,
+        http_actions=http_actions,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    node = Node(node_config, recorder=recorder)
+    stop = stop_on_signals()
     worker = None
     try:
         await node.start()
-        worker = Worker(
-            WorkerConfig(
-                endpoints=(node.address,), worker_id="dev-worker", data_dir=data_dir / "worker"
-            ),
-            recorder=recorder,
-        )
-        register(worker)
-        if http is not None:
-            worker.add_executor("http", HttpExecutor(http))
-        if shell is not None:
-            from schedd.worker._shell import ShellExecutor
-
-            worker.add_executor("shell", ShellExecutor(shell))
-        await worker.start()
-        print(
-            NEXT_STEPS.format(
-                store=store_address(config),
-                data=data_dir,
-                node=node.address,
-                worker="dev-worker",
-                kinds=_kinds_text(http, shell),
-                metrics=_metrics_text(node),
-                dashboard=_dashboard_text(node),
-            ),
-            flush=True,
-        )
-        failing = asyncio.ensure_future(node.failed.wait())
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        failing.cancel()
-        if node.failed.is_set():
+        worker = await _start_worker(node.address, data_dir, http, shell, recorder)
+        print(_next_steps(config, data_dir, node, http, shell), flush=True)
+        if await until_stop_or_failure(stop, node.failed):
             print(f"schedd dev: {node.failure}", file=sys.stderr, flush=True)
             return 5
         if json_logs():
@@ -168,6 +131,51 @@ async def _run(
             await node.stop()
         if etcd is not None:
             await asyncio.to_thread(etcd.stop)
+
+
+async def _start_worker(
+    address: str,
+    data_dir: Path,
+    http: HttpConfig | None,
+    shell: ShellConfig | None,
+    recorder: PrometheusRecorder | None,
+) -> Worker:
+    """The dev worker, started: the demo handlers, and HTTP and shell jobs if enabled."""
+    from schedd.dev.demo_handlers import register
+    from schedd.worker import Worker, WorkerConfig
+    from schedd.worker._http import HttpExecutor
+
+    worker = Worker(
+        WorkerConfig(endpoints=(address,), worker_id="dev-worker", data_dir=data_dir / "worker"),
+        recorder=recorder,
+    )
+    register(worker)
+    if http is not None:
+        worker.add_executor("http", HttpExecutor(http))
+    if shell is not None:
+        from schedd.worker._shell import ShellExecutor
+
+        worker.add_executor("shell", ShellExecutor(shell))
+    await worker.start()
+    return worker
+
+
+def _next_steps(
+    config: StoreConfig,
+    data_dir: Path,
+    node: Node,
+    http: HttpConfig | None,
+    shell: ShellConfig | None,
+) -> str:
+    return NEXT_STEPS.format(
+        store=store_address(config),
+        data=data_dir,
+        node=node.address,
+        worker="dev-worker",
+        kinds=_kinds_text(http, shell),
+        metrics=_metrics_text(node),
+        dashboard=_dashboard_text(node),
+    )
 
 
 def _or_any_port(listen: str, what: str) -> str:

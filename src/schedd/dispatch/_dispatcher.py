@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
 
 import grpc.aio
 
 from schedd._clock import Clock, SystemClock
-from schedd._errors import InvalidArgument
+from schedd._supervise import SupervisedLoop
 from schedd.auth import Caller
 from schedd.dispatch._config import (
     FENCED_RETRY_S,
@@ -23,14 +22,16 @@ from schedd.dispatch._config import (
     InFlight,
     always,
 )
-from schedd.dispatch._holders import place_holds, silent_holds
+from schedd.dispatch._holders import place_holds
+from schedd.dispatch._in_flight import InFlightTable
 from schedd.dispatch._loss import LossReports
-from schedd.dispatch._pending import PendingDispatches, accepts, route_of, route_of_job
+from schedd.dispatch._pending import PendingDispatches, route_of, route_of_job
 from schedd.dispatch._probes import PROBE_TIMEOUT_MS, ProbeAnswer, Probes
 from schedd.dispatch._result_settler import ResultSettler
+from schedd.dispatch._routing import hand_out
 from schedd.dispatch._servicer import WorkerStreamServicer
-from schedd.dispatch._session import WorkerSession, least_loaded
-from schedd.dispatch._supervision import SupervisedLoop, guarded
+from schedd.dispatch._session import WorkerSession, check_hello
+from schedd.dispatch._supervision import guarded
 from schedd.dispatch._vouch import unlimited, vouch
 from schedd.dispatch._waiting import Reason, Waiting, unserved_warning
 from schedd.obs import MetricsRecorder, NoopRecorder
@@ -95,8 +96,7 @@ class Dispatcher:
         self._next_session_id = 0
         self._pending = PendingDispatches()
         self._waiting = Waiting(self._clock)
-        self._in_flight: dict[str, InFlight] = {}
-        self._session_of: dict[str, WorkerSession] = {}
+        self._in_flight = InFlightTable(node_id)
         self._pump_scheduled = False
         self.probes = Probes()
         self._losses = LossReports(authority, self.stats, self._clock)
@@ -149,7 +149,7 @@ class Dispatcher:
         def send(session: WorkerSession, d: worker_pb2.Dispatch) -> None:
             self._replace(d)
             session.send_dispatch(d, held=True)
-            self._track(session, d, now, max(now, d.start_at_ms) + lease)
+            self._in_flight.track(session, d, now, max(now, d.start_at_ms) + lease)
             used.add(session)
 
         rejected = place_holds(self._sessions.values(), dispatches, send)
@@ -171,7 +171,7 @@ class Dispatcher:
         """Drop what is pending or in flight under ``d``'s execution id (a Cancel to the worker
         that has an older token)."""
         self._pending.remove(d.execution_id)
-        old = self._drop_in_flight(d.execution_id)
+        old = self._in_flight.drop(d.execution_id)
         if old is not None:
             session, flight = old
             if flight.dispatch.fencing_token != d.fencing_token:
@@ -190,9 +190,9 @@ class Dispatcher:
             return True
         flight = self._in_flight.get(execution_id)
         if flight is not None and token in (0, flight.dispatch.fencing_token):
-            self._session_of[execution_id].send_cancel(
-                execution_id, flight.dispatch.fencing_token, reason
-            )
+            session = self._in_flight.session_of(execution_id)
+            if session is not None:
+                session.send_cancel(execution_id, flight.dispatch.fencing_token, reason)
             return True
         return False
 
@@ -207,14 +207,14 @@ class Dispatcher:
         self.probes.drop(execution_ids)
         for eid in execution_ids:
             self._pending.remove(eid)
-            dropped = self._drop_in_flight(eid)
+            dropped = self._in_flight.drop(eid)
             if dropped is not None and dropped[1].dispatch.start_at_ms > now:
                 session, flight = dropped
                 session.send_cancel(eid, flight.dispatch.fencing_token, "partition moved")
 
     def in_flight(self) -> dict[str, InFlight]:
         """A snapshot of in-flight executions by execution id."""
-        return dict(self._in_flight)
+        return dict(self._in_flight.flights)
 
     def pending_count(self) -> int:
         """Dispatches waiting for an eligible worker with credits."""
@@ -239,14 +239,7 @@ class Dispatcher:
     def unserved_by_queue(self) -> dict[str, tuple[int, int]]:
         """Per queue: executions pending on routes no connected worker serves, and the wall
         ms the oldest such route was first seen so (for metrics and alerts)."""
-        out: dict[str, tuple[int, int]] = {}
-        for route, since in self._waiting.unserved().items():
-            n = self._pending.count(route)
-            if not n:
-                continue
-            count, oldest = out.get(route.queue, (0, since))
-            out[route.queue] = (count + n, min(oldest, since))
-        return out
+        return self._waiting.unserved_by_queue(self._pending.count)
 
     def in_flight_count(self) -> int:
         """Executions out on workers (held ahead of their instant included)."""
@@ -255,13 +248,7 @@ class Dispatcher:
     def held_by_queue(self) -> dict[str, int]:
         """Executions held on workers for a later instant (not started), per queue: a pass
         over every in-flight execution, for metrics."""
-        now = self._clock.now_ms()
-        out: dict[str, int] = {}
-        for f in self._in_flight.values():
-            d = f.dispatch
-            if d.start_at_ms > now and not f.started:
-                out[d.queue] = out.get(d.queue, 0) + 1
-        return out
+        return self._in_flight.held_by_queue(self._clock.now_ms())
 
     def settle_backlog(self) -> int:
         """Results received and not yet settled."""
@@ -275,7 +262,7 @@ class Dispatcher:
         """One entry per connected stream (a worker reconnecting may briefly appear twice)."""
         now = self._clock.now_ms()
         return [
-            s.status(self.node_id, s.held(self._in_flight, now))
+            s.status(self.node_id, s.held(self._in_flight.flights, now))
             for s in self._sessions.values()
             if not s.closed
         ]
@@ -338,32 +325,7 @@ class Dispatcher:
 
     async def reap_expired(self) -> list[InFlight]:
         """Drop, cancel and report every in-flight execution whose lease has run out now."""
-        now = self._clock.now_ms()
-        expired = [f for f in self._in_flight.values() if f.lease_deadline_ms <= now]
-        by_worker: dict[str, int] = {}
-        for f in expired:
-            dropped = self._drop_in_flight(f.dispatch.execution_id)
-            if dropped is not None:
-                dropped[0].send_cancel(
-                    f.dispatch.execution_id, f.dispatch.fencing_token, REASON_LEASE_EXPIRED
-                )
-            by_worker[f.worker_id] = by_worker.get(f.worker_id, 0) + 1
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s: lease on worker %s expired (token %d, %s)",
-                    f.dispatch.execution_id,
-                    f.worker_id,
-                    f.dispatch.fencing_token,
-                    "started" if f.started else "not started",
-                    extra=self._flight_fields(f),
-                )
-        for worker_id, n in by_worker.items():
-            log.warning(
-                "worker %s: %d leases expired (nothing heard of them for %d ms); cancelling "
-                "them there and handing them out again",
-                worker_id, n, self.config.lease_timeout_ms,
-                extra={"node": self.node_id, "worker": worker_id},
-            )  # fmt: skip
+        expired = self._in_flight.drop_expired(self._clock.now_ms(), self.config.lease_timeout_ms)
         if expired:
             await self._losses.report(expired, REASON_LEASE_EXPIRED)
         return expired
@@ -378,14 +340,7 @@ class Dispatcher:
         ``tenants``: its token lets it be sent only these tenants' executions (None: any);
         ``actor``: its token's id (streams of a revoked token are ended, see
         :meth:`end_sessions`)."""
-        if not hello.worker_id:
-            raise InvalidArgument("hello.worker_id", "must not be empty")
-        if hello.capacity <= 0:
-            raise InvalidArgument("hello.capacity", f"must be positive, got {hello.capacity}")
-        if not hello.queues:
-            raise InvalidArgument("hello.queues", "must name at least one queue")
-        if hello.prefetch < 0:
-            raise InvalidArgument("hello.prefetch", f"must not be negative, got {hello.prefetch}")
+        check_hello(hello)
         self._next_session_id += 1
         session = WorkerSession(
             self._next_session_id,
@@ -429,7 +384,7 @@ class Dispatcher:
         self.probes.session_closed(session.session_id)
         lost: list[InFlight] = []
         for eid in list(session.in_flight):
-            dropped = self._drop_in_flight(eid)
+            dropped = self._in_flight.drop(eid)
             if dropped is not None:
                 lost.append(dropped[1])
         log.info(
@@ -455,23 +410,8 @@ class Dispatcher:
                 extra={"node": self.node_id, "worker": session.worker_id},
             )  # fmt: skip
             self._schedule_pump()
-        if batch.credits < 0:
-            raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
-        if batch.prefetch_credits < 0:
-            raise InvalidArgument(
-                "batch.prefetch_credits", f"must not be negative, got {batch.prefetch_credits}"
-            )
-        if batch.credits:
-            session.credits += batch.credits
+        if session.grant(batch):
             self._schedule_pump()
-        if batch.prefetch_credits:
-            if session.hello.prefetch <= 0:
-                raise InvalidArgument(
-                    "batch.prefetch_credits", "granted by a worker whose Hello asked for none"
-                )
-            session.hold_credits += batch.prefetch_credits
-        if batch.HasField("revoke"):
-            session.give_back_credits(batch.revoke)
         if len(self.probes):
             self.probes.answers(session, batch, self._probe_taken)
         if batch.started:
@@ -492,28 +432,12 @@ class Dispatcher:
         stale = await guarded(
             self._authority.on_heartbeats(session.worker_id, heartbeats), "on_heartbeats"
         )
-        if not stale:
-            return
-        tokens = {h.execution_id: h.fencing_token for h in heartbeats}
-        for eid in stale:
-            token = tokens.get(eid, 0)
-            session.send_cancel(eid, token, "stale fencing token")
-            flight = self._in_flight.get(eid)
-            if flight is not None and flight.dispatch.fencing_token == token:
-                self._drop_in_flight(eid)
+        if stale:
+            self._in_flight.drop_stale(session, stale, heartbeats)
 
     def _queue_results(self, session: WorkerSession, results: list[worker_pb2.Result]) -> None:
         self.stats.results_received += len(results)
-        current = []
-        for r in results:
-            flight = self._in_flight.get(r.execution_id)
-            if (
-                flight is not None
-                and flight.dispatch.fencing_token == r.fencing_token
-                and self._session_of.get(r.execution_id) is session
-            ):
-                self._drop_in_flight(r.execution_id)
-                current.append(r)
+        current = self._in_flight.drop_reported(session, results)
         if current:
             try:
                 self._authority.on_reported(current)
@@ -523,41 +447,10 @@ class Dispatcher:
 
     def _servable_backlog(self) -> bool:
         """Dispatches wait that a connected worker may take once it grants credits."""
-        if not len(self._pending):
-            return False
-        live = [s.hello for s in self._sessions.values() if not s.closed]
-        return any(accepts(h, r) for r in self._pending.routes() for h in live)
+        return self._pending.servable([s.hello for s in self._sessions.values() if not s.closed])
 
     def _renew(self, session: WorkerSession, items: list[tuple[str, int]]) -> None:
-        deadline = self._clock.now_ms() + self.config.lease_timeout_ms
-        for eid, token in items:
-            flight = self._in_flight.get(eid)
-            if (
-                flight is not None
-                and flight.dispatch.fencing_token == token
-                and self._session_of.get(eid) is session
-            ):
-                flight.started = True
-                flight.lease_deadline_ms = max(flight.lease_deadline_ms, deadline)
-
-    def _flight_fields(self, f: InFlight) -> dict[str, object]:
-        """``extra=`` of a line about one execution out on a worker."""
-        d = f.dispatch
-        return {
-            "node": self.node_id,
-            "worker": f.worker_id,
-            "job": d.job_id,
-            "execution": d.execution_id,
-            "token": d.fencing_token,
-        }
-
-    def _drop_in_flight(self, execution_id: str) -> tuple[WorkerSession, InFlight] | None:
-        flight = self._in_flight.pop(execution_id, None)
-        session = self._session_of.pop(execution_id, None)
-        if flight is None or session is None:
-            return None
-        session.in_flight.discard(execution_id)
-        return session, flight
+        self._in_flight.renew(session, items, self._clock.now_ms() + self.config.lease_timeout_ms)
 
     def _schedule_pump(self) -> None:
         if self._pump_scheduled or self._closed:
@@ -570,83 +463,28 @@ class Dispatcher:
         loop.call_soon(self._pump)
 
     def _pump(self) -> None:
-        """Hand pending dispatches to workers with credits: one per route per pass."""
+        """Hand pending dispatches to workers with credits (see :func:`hand_out`)."""
         self._pump_scheduled = False
         if not self.may_dispatch():  # fenced for now: look again shortly
             asyncio.get_running_loop().call_later(FENCED_RETRY_S, self._schedule_pump)
             return
-        sessions = [
-            s for s in self._sessions.values() if not s.closed and not s.silent and s.credits > 0
-        ]
-        if not sessions or not len(self._pending):
-            return
         now = self._clock.now_ms()
-        lease = self.config.lease_timeout_ms
-        active = [(r, [s for s in sessions if accepts(s.hello, r)]) for r in self._pending.routes()]
-        active = [(r, el) for r, el in active if el]
-        if len(active) == 1 and len(active[0][1]) == 1:
-            # One route, one worker that may take it (a burst to one pool): no turns to take.
-            self._pump_one(active[0][0], active[0][1][0], now, lease)
-            return
-        used: set[WorkerSession] = set()
-        while active:
-            still: list[tuple[Any, list[WorkerSession]]] = []
-            for route, eligible in active:
-                session = least_loaded(eligible)
-                if session is None:
-                    continue
-                d = self._pending.pop(route, session.tenants)
-                if d is None:
-                    if session.tenants is not None:  # none of its tenants': the others may
-                        rest = [s for s in eligible if s is not session]
-                        if rest:
-                            still.append((route, rest))
-                    continue
-                self._hand_out(session, d, now, lease)
-                used.add(session)
-                still.append((route, eligible))
-            active = still
-        # A pass ends a batch of fires (a wheel bucket, a resubmission): send it now rather
-        # than after the flush interval, which only paces acks and cancels.
-        for session in used:
-            session.flush()
+        until = now + self.config.lease_timeout_ms
 
-    def _pump_one(self, route: Any, session: WorkerSession, now: int, lease: int) -> None:
-        pop = self._pending.pop
-        tenants = session.tenants
-        while session.credits > 0:
-            d = pop(route, tenants)
-            if d is None:
-                break
-            self._hand_out(session, d, now, lease)
-        session.flush()
+        def send(session: WorkerSession, d: worker_pb2.Dispatch) -> None:
+            session.send_dispatch(d)
+            self._in_flight.track(session, d, now, until)
 
-    def _hand_out(
-        self, session: WorkerSession, d: worker_pb2.Dispatch, now: int, lease: int
-    ) -> None:
-        """Send one dispatch on ``session`` (which has a credit) and track it in flight."""
-        session.send_dispatch(d)
-        self._track(session, d, now, now + lease)
+        hand_out(self._pending, self._sessions.values(), send)
 
     def _probe_taken(self, session: WorkerSession, d: worker_pb2.Dispatch) -> None:
         now = self._clock.now_ms()
-        self._track(session, d, now, now + self.config.lease_timeout_ms)
-
-    def _track(self, session: WorkerSession, d: worker_pb2.Dispatch, now: int, until: int) -> None:
-        """``d`` is in flight on ``session`` from ``now``, its lease running to ``until``."""
-        self._in_flight[d.execution_id] = InFlight(d, session.worker_id, now, until)
-        self._session_of[d.execution_id] = session
-        session.in_flight.add(d.execution_id)
+        self._in_flight.track(session, d, now, now + self.config.lease_timeout_ms)
 
     async def _watch_silence(self, now: int) -> None:
         """Takes back what silent streams hold unstarted (see :func:`silent_holds`)."""
-        lost: list[InFlight] = []
         sessions = self._sessions.values()
-        for s, flight in silent_holds(sessions, self._in_flight, now, self.config.silent_after_ms):
-            eid = flight.dispatch.execution_id
-            self._drop_in_flight(eid)
-            s.send_cancel(eid, flight.dispatch.fencing_token, REASON_WORKER_SILENT)
-            lost.append(flight)
+        lost = self._in_flight.drop_silent(sessions, now, self.config.silent_after_ms)
         if lost:
             await self._losses.report(lost, REASON_WORKER_SILENT)
 

@@ -6,7 +6,7 @@ Pure selection over the dispatcher's sessions: the dispatcher sends, tracks and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from schedd.dispatch._config import InFlight
@@ -55,7 +55,7 @@ def place_holds(
 
 def silent_holds(
     sessions: Iterable[WorkerSession],
-    in_flight: dict[str, InFlight],
+    in_flight: Mapping[str, InFlight],
     now: int,
     silent_after_ms: int,
 ) -> list[tuple[WorkerSession, InFlight]]:

@@ -177,6 +177,10 @@ class PendingDispatches:
         ring = self._routes.get(route)
         return 0 if ring is None else sum(1 for d in ring if self._by_id.get(d.execution_id) is d)
 
+    def servable(self, workers: Sequence[Serves]) -> bool:
+        """Whether a dispatch waits that one of ``workers`` may take (once it has credits)."""
+        return bool(self._by_id) and any(accepts(w, r) for r in self._routes for w in workers)
+
     def routes(self) -> Iterator[Route]:
         """Routes that may hold live dispatches (a snapshot: safe to pop while iterating)."""
         return iter(list(self._routes))

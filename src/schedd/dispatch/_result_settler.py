@@ -8,9 +8,10 @@ from collections.abc import Callable
 import grpc
 
 from schedd._clock import Clock
+from schedd._supervise import SupervisedLoop
 from schedd.dispatch._config import DispatchConfig, ExecutionAuthority
 from schedd.dispatch._session import WorkerSession
-from schedd.dispatch._supervision import SupervisedLoop, guarded, wait_until_done
+from schedd.dispatch._supervision import guarded, wait_until_done
 from schedd.v1 import worker_pb2
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]

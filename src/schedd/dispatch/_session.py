@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from schedd._errors import InvalidArgument
 from schedd.dispatch._config import DispatchStats, InFlight
 from schedd.v1 import scheduler_pb2, worker_pb2
 
@@ -132,6 +133,34 @@ class WorkerSession:
             self._stats.acks_sent += 1
             self._added()
 
+    def grant(self, batch: worker_pb2.WorkerBatch) -> bool:
+        """Apply the credits of one of the worker's batches: granted, prefetch granted, and
+        asked back (:meth:`give_back_credits`).
+
+        Returns:
+            Whether credits to dispatch were granted (a pump may send more now).
+
+        Raises:
+            InvalidArgument: a negative grant, or prefetch credits from a worker whose Hello
+                asked for none.
+        """
+        if batch.credits < 0:
+            raise InvalidArgument("batch.credits", f"must not be negative, got {batch.credits}")
+        if batch.prefetch_credits < 0:
+            raise InvalidArgument(
+                "batch.prefetch_credits", f"must not be negative, got {batch.prefetch_credits}"
+            )
+        self.credits += batch.credits
+        if batch.prefetch_credits:
+            if self.hello.prefetch <= 0:
+                raise InvalidArgument(
+                    "batch.prefetch_credits", "granted by a worker whose Hello asked for none"
+                )
+            self.hold_credits += batch.prefetch_credits
+        if batch.HasField("revoke"):
+            self.give_back_credits(batch.revoke)
+        return batch.credits > 0
+
     def give_back_credits(self, revoke: worker_pb2.Credits) -> None:
         """The worker asks for unused credits back (to grant them to another node): return
         up to what it asked of those not used yet, and say how many, now."""
@@ -230,7 +259,7 @@ class WorkerSession:
         self.closed = True
         self._wake_writer()
 
-    def held(self, in_flight: dict[str, InFlight], now_ms: int) -> int:
+    def held(self, in_flight: Mapping[str, InFlight], now_ms: int) -> int:
         """How many of its in-flight executions the worker holds for a later instant."""
         flights = [in_flight.get(eid) for eid in self.in_flight]
         return sum(1 for f in flights if f is not None and f.dispatch.start_at_ms > now_ms)
@@ -249,6 +278,18 @@ class WorkerSession:
             accepts_http=self.hello.accepts_http,
             accepts_shell=self.hello.accepts_shell,
         )
+
+
+def check_hello(hello: worker_pb2.Hello) -> None:
+    """Raises InvalidArgument, naming the field, for a Hello a stream cannot be opened with."""
+    if not hello.worker_id:
+        raise InvalidArgument("hello.worker_id", "must not be empty")
+    if hello.capacity <= 0:
+        raise InvalidArgument("hello.capacity", f"must be positive, got {hello.capacity}")
+    if not hello.queues:
+        raise InvalidArgument("hello.queues", "must name at least one queue")
+    if hello.prefetch < 0:
+        raise InvalidArgument("hello.prefetch", f"must not be negative, got {hello.prefetch}")
 
 
 def least_loaded(sessions: list[WorkerSession]) -> WorkerSession | None:

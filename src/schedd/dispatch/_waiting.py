@@ -10,7 +10,7 @@ whenever a stream opens or closes, so the cost is a look at a few routes, not pe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from schedd._clock import Clock
@@ -127,3 +127,15 @@ class Waiting:
     def unserved(self) -> dict[Route, int]:
         """Routes nobody serves, with the wall ms they were first seen so."""
         return dict(self._unserved)
+
+    def unserved_by_queue(self, pending: Callable[[Route], int]) -> dict[str, tuple[int, int]]:
+        """Per queue: executions pending (``pending(route)`` counts them) on routes nobody
+        serves, and the wall ms the oldest such route was first seen so."""
+        out: dict[str, tuple[int, int]] = {}
+        for route, since in self._unserved.items():
+            n = pending(route)
+            if not n:
+                continue
+            count, oldest = out.get(route.queue, (0, since))
+            out[route.queue] = (count + n, min(oldest, since))
+        return out

@@ -3,27 +3,23 @@
 Any node serves these. Each change to a job that its partition owner must see also writes
 ``notify/{p}`` in the same transaction; owners watch ``notify/`` (one stream, events only for
 API changes, never for their own claims) and re-read the named jobs.
+
+:class:`JobStore` is the one face; the create path (:mod:`schedd.store._job_create`) and the
+dead letters (:mod:`schedd.store._dead_letters`) live beside it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 
-from schedd._errors import (
-    AlreadyExists,
-    Conflict,
-    ExecutionNotFound,
-    FailedPrecondition,
-    JobNotFound,
-    NotFound,
-    SchedError,
-)
-from schedd.model import new_execution, parse_execution_id, same_spec
-from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule
+from schedd._errors import Conflict, JobNotFound, NotFound, SchedError
+from schedd.model import new_execution, parse_execution_id
+from schedd.schedule import Schedule
+from schedd.store import _dead_letters, _job_create
+from schedd.store._job_create import first_state
 from schedd.store._keys import Keys, partition_of
-from schedd.store._names import JobNames, check_unique_names, name_taken
-from schedd.store._notify import Notice
+from schedd.store._names import JobNames
+from schedd.store._notify import notify_ops
 from schedd.store._records import (
     FIRE,
     RUN,
@@ -34,8 +30,8 @@ from schedd.store._records import (
     encode_execution,
 )
 from schedd.store._sealing import Sealer
-from schedd.store._types import KeyValue, prefix_end
-from schedd.store.abc import KV, Compare, Op, OpBuilder
+from schedd.store._types import prefix_end
+from schedd.store.abc import KV, Compare, Op
 from schedd.v1 import execution_pb2, job_pb2
 
 #: Pending executions due later than now + this are removed by update, pause and delete;
@@ -43,53 +39,6 @@ from schedd.v1 import execution_pb2, job_pb2
 IN_FLIGHT_MARGIN_MS = 500
 
 Mutation = Callable[[job_pb2.Job], job_pb2.Job]
-
-
-def first_state(job: job_pb2.Job, after_ms: int, schedule: Schedule | None = None) -> JobState:
-    """The cursor of a job whose next fire is the first one strictly after ``after_ms``.
-
-    ``schedule``: the job's schedule if the caller parsed it already (anchored at its
-    ``created_ms``); parsed here otherwise.
-    """
-    if job.paused:
-        return JobState()
-    if schedule is None:
-        schedule = parse_schedule(
-            job.schedule.expr, job.schedule.timezone, anchor_ms=job.created_ms
-        )
-    nxt = schedule.next_fire(after_ms)
-    if nxt is None:
-        return JobState()
-    return JobState(nxt + jitter_offset_ms(job.id, nxt, job.jitter_ms), nxt, 0)
-
-
-#: Create transactions of one call in flight at once.
-CREATE_TXNS_IN_FLIGHT = 4
-
-
-def _needs_order(jobs: Sequence[job_pb2.Job]) -> bool:
-    """Two jobs of the call share an id, a name or an idempotency key: the first must win."""
-    keys = [(j.tenant, j.idempotency_key) for j in jobs if j.idempotency_key]
-    names = {(j.tenant, j.name) for j in jobs}
-    return (
-        len(keys) != len(set(keys))
-        or len({j.id for j in jobs}) != len(jobs)
-        or len(names) != len(jobs)
-    )
-
-
-def _notify(
-    ops: OpBuilder,
-    keys: Keys,
-    changed: dict[int, list[str]],
-    created: dict[int, list[tuple[str, int, int]]] | None = None,
-) -> list[Op]:
-    """Puts ``notify/{p}`` for every partition touched (the format: :class:`Notice`)."""
-    created = created or {}
-    return [
-        ops.put(keys.notify_key(p), Notice(changed.get(p, []), created.get(p, [])).encode())
-        for p in sorted(set(changed) | set(created))
-    ]
 
 
 class JobStore:
@@ -137,107 +86,7 @@ class JobStore:
         Idempotent: a job whose (tenant, idempotency key) exists returns the existing job with
         ``created=False`` when the spec is the same, and ALREADY_EXISTS when it differs.
         """
-        parsed: Sequence[Schedule | None] = schedules or [None] * len(jobs)
-        starts = range(0, len(jobs), self.batch)
-        if len(starts) <= 1 or _needs_order(jobs):
-            # One transaction at a time when two jobs of the call share an id or an
-            # idempotency key: the first one's create must win, as the caller ordered them.
-            out: list[tuple[job_pb2.Job, bool] | SchedError] = []
-            for i in starts:
-                out += await self._create_chunk(
-                    jobs[i : i + self.batch], parsed[i : i + self.batch], now_ms
-                )
-            return out
-        # Several transactions in flight: etcd commits them in one raft round where it can.
-        gate = asyncio.Semaphore(CREATE_TXNS_IN_FLIGHT)
-
-        async def chunk(i: int) -> list[tuple[job_pb2.Job, bool] | SchedError]:
-            async with gate:
-                end = i + self.batch
-                return await self._create_chunk(jobs[i:end], parsed[i:end], now_ms)
-
-        # Every transaction ends before an error goes on (none is left running unobserved);
-        # as one at a time, the ones that succeeded have created their jobs.
-        parts = await asyncio.gather(*(chunk(i) for i in starts), return_exceptions=True)
-        for part in parts:
-            if isinstance(part, BaseException):
-                raise part
-        return [item for part in parts if not isinstance(part, BaseException) for item in part]
-
-    async def _create_chunk(
-        self, jobs: Sequence[job_pb2.Job], schedules: Sequence[Schedule | None], now_ms: int
-    ) -> list[tuple[job_pb2.Job, bool] | SchedError]:
-        k, o = self.keys, self.ops
-        nested: list[Op] = []
-        states: list[JobState] = []
-        touched: dict[int, list[tuple[str, int, int]]] = {}
-        clashes = check_unique_names(jobs)  # a name twice in one txn would be refused whole
-        for n, (job, schedule) in enumerate(zip(jobs, schedules, strict=True)):
-            if n in clashes:
-                states.append(JobState())
-                nested.append(o.txn([], [], []))
-                continue
-            job.partition = self.partition(job.id)
-            state = first_state(job, now_ms - 1, schedule)
-            states.append(state)
-            cmps = [o.cmp_create(k.job_key(job.id), 0)]
-            ops = [
-                o.put(k.job_key(job.id), self.sealer.job_value(job)),
-                o.put(k.state_key(job.id), state.encode()),
-            ]
-            name = k.name_key(job.tenant, job.name)
-            cmps.append(o.cmp_create(name, 0))
-            ops.append(o.put(name, job.id.encode()))
-            if job.idempotency_key:
-                idem = k.idem_key(job.tenant, job.idempotency_key)
-                cmps.append(o.cmp_create(idem, 0))
-                ops.append(o.put(idem, job.id.encode()))
-            ops.append(o.put(k.tenant_job_key(job.tenant, job.id), b""))
-            if state.due_ms:
-                entry = DueEntry(job.partition, state.due_ms, job.id, FIRE, state.next_fire_ms)
-                ops.append(o.put(k.due_key(job.partition, state.due_ms, job.id), entry.encode()))
-                touched.setdefault(job.partition, []).append(
-                    (job.id, state.due_ms, state.next_fire_ms)
-                )
-            nested.append(o.txn(cmps, ops))
-        resp = await self.kv.txn([], nested + _notify(o, k, {}, touched))
-        rev = resp.revision
-        out: list[tuple[job_pb2.Job, bool] | SchedError] = []
-        for n, job in enumerate(jobs):
-            if n in clashes:
-                out.append(await self._explain_create_failure(job, clashes[n]))
-            elif resp.txn_succeeded(n):
-                job.version = rev
-                job.next_fire_ms = states[n].next_fire_ms
-                out.append((job, True))
-            else:
-                out.append(await self._explain_create_failure(job))
-        return out
-
-    async def _explain_create_failure(
-        self, job: job_pb2.Job, name_clash: SchedError | None = None
-    ) -> tuple[job_pb2.Job, bool] | SchedError:
-        if job.idempotency_key:
-            kv = await self.kv.get(self.keys.idem_key(job.tenant, job.idempotency_key))
-            if kv is not None:
-                try:
-                    existing = await self.get_job(kv.value.decode())
-                except JobNotFound:
-                    return Conflict(
-                        f"idempotency key {job.idempotency_key!r} is being reused; retry"
-                    )
-                if same_spec(existing, job):
-                    return existing, False
-                return AlreadyExists(
-                    f"idempotency key {job.idempotency_key!r} belongs to job {existing.id!r} "
-                    "with a different spec"
-                )
-        if await self.kv.get(self.keys.job_key(job.id)) is not None:
-            return AlreadyExists(f"job {job.id!r} already exists")
-        holder = await self.names.find(job.tenant, job.name)
-        if holder is not None and holder != job.id:
-            return name_taken(job.tenant, job.name, holder)
-        return name_clash or Conflict(f"job {job.id!r}: created concurrently; retry")
+        return await _job_create.create_jobs(self, jobs, now_ms, schedules)
 
     async def name_runs(self, executions: Sequence[execution_pb2.Execution]) -> None:
         """Fills in each execution's ``job_name`` (one read of the jobs they belong to; a
@@ -427,7 +276,7 @@ class JobStore:
         if new_due is not None:
             entry = DueEntry(p, state.due_ms, job_id, FIRE, state.next_fire_ms)
             ops.append(o.put(new_due, entry.encode()))
-        ops += _notify(o, k, {p: [job_id]})
+        ops += notify_ops(o, k, {p: [job_id]})
         resp = await self.kv.txn(cmps, ops)
         if not resp.succeeded:
             return None
@@ -481,7 +330,7 @@ class JobStore:
             ops += name_ops
             ckpts = k.ckpt_job_prefix(p, job_id)
             ops.append(o.delete(ckpts, prefix_end(ckpts)))
-            ops += _notify(o, k, {p: [job_id]})
+            ops += notify_ops(o, k, {p: [job_id]})
             resp = await self.kv.txn(cmps, ops)
             if resp.succeeded:
                 return count
@@ -526,9 +375,8 @@ class JobStore:
                     )
                 )
                 chunk.append(ex)
-            resp = await self.kv.txn(
-                [o.cmp_mod(k.job_key(job.id), job.version)], nested + _notify(o, k, {p: [job.id]})
-            )
+            guard = [o.cmp_mod(k.job_key(job.id), job.version)]
+            resp = await self.kv.txn(guard, nested + notify_ops(o, k, {p: [job.id]}))
             if not resp.succeeded:
                 raise Conflict(f"job {job.id!r} changed meanwhile; retry")
             for n, ex in enumerate(chunk):
@@ -566,7 +414,7 @@ class JobStore:
                 [o.cmp_mod(run_key, kv.mod_revision)],
                 [
                     o.put(run_key, self.sealer.execution_value(ex)),
-                    *_notify(o, self.keys, {p: [job_id]}),
+                    *notify_ops(o, self.keys, {p: [job_id]}),
                 ],
             )
             if resp.succeeded:
@@ -586,7 +434,7 @@ class JobStore:
         kvs, _ = await self.kv.range_all(start, prefix_end(start))
         return [self.sealer.read_execution(kv.value, kv.mod_revision) for kv in kvs]
 
-    # -- dead letters -----------------------------------------------------------------------------
+    # -- tenants and dead letters ------------------------------------------------------------
 
     async def count_tenant_jobs(self, tenant: str) -> int:
         """How many jobs ``tenant`` has stored (its index ``tjobs/{tenant}/``: jobs created
@@ -595,69 +443,24 @@ class JobStore:
         return await self.kv.count(start, prefix_end(start))
 
     async def list_dead(self, tenant: str = "", job_id: str = "") -> list[execution_pb2.Execution]:
-        if job_id and not tenant:
-            tenant = await self._tenant_of(job_id)
-        start = self.keys.dlq_prefix(tenant or None, job_id or None)
-        kvs, _ = await self.kv.range_all(start, prefix_end(start))
-        return [self.sealer.read_execution(kv.value, kv.mod_revision) for kv in kvs]
+        """The dead executions of ``tenant`` (all tenants: ""), of one job if ``job_id``."""
+        return await _dead_letters.list_dead(self, tenant, job_id)
 
     async def redrive(
         self, dead: Sequence[execution_pb2.Execution], now_ms: int
     ) -> list[execution_pb2.Execution]:
-        """Moves dead executions back to live with a fresh budget of attempts, due now."""
-        k, o = self.keys, self.ops
-        out: list[execution_pb2.Execution] = []
-        for n, ex in enumerate(dead):
-            p = self.partition(ex.job_id)
-            live = execution_pb2.Execution()
-            live.CopyFrom(ex)
-            live.state = execution_pb2.EXECUTION_PENDING
-            # A fresh budget of attempts, numbered on from the dead ones: worker ledgers key
-            # finished attempts by number, and must not answer a redrive from the ledger.
-            live.attempt = ex.attempt + 1
-            live.max_attempts = ex.attempt + (ex.max_attempts or 3)
-            live.error = ""
-            live.worker_id = ""
-            live.finished_ms = live.started_ms = live.dispatched_ms = 0
-            live.trigger = execution_pb2.TRIGGER_REDRIVE
-            live.due_ms = now_ms + n
-            run_key = k.run_key(p, ex.job_id, ex.scheduled_ms)
-            dlq_key = k.dlq_key(ex.tenant, ex.job_id, ex.scheduled_ms)
-            entry = DueEntry(p, live.due_ms, ex.job_id, RUN, ex.scheduled_ms)
-            resp = await self.kv.txn(
-                [o.cmp_mod(dlq_key, ex.fencing_token), o.cmp_create(run_key, 0)],
-                [
-                    o.delete(dlq_key),
-                    o.put(run_key, self.sealer.execution_value(live)),
-                    o.put(
-                        k.run_due_key(p, live.due_ms, ex.job_id, ex.scheduled_ms), entry.encode()
-                    ),
-                    *_notify(o, k, {p: [ex.job_id]}),
-                ],
-            )
-            if not resp.succeeded:
-                raise FailedPrecondition(f"execution {ex.id!r} is no longer dead or is live again")
-            live.fencing_token = resp.revision
-            out.append(live)
-        return out
+        """Moves dead executions back to live with a fresh budget of attempts, due now.
+
+        Raises:
+            FailedPrecondition: one is no longer dead, or is live again (those before it
+                were redriven).
+        """
+        return await _dead_letters.redrive(self, dead, now_ms)
 
     async def get_dead(self, execution_id: str) -> execution_pb2.Execution:
-        job_id, sched = parse_execution_id(execution_id)
-        for kv in await self._dlq_candidates(job_id, sched):
-            return self.sealer.read_execution(kv.value, kv.mod_revision)
-        raise ExecutionNotFound(execution_id)
+        """The dead execution with this id.
 
-    async def _tenant_of(self, job_id: str) -> str:
-        # Only the tenant: a job whose secrets do not open here still lists its dead letters.
-        return (await self.read(job_id, opened=False)).job.tenant
-
-    async def _dlq_candidates(self, job_id: str, sched: int) -> list[KeyValue]:
-        try:
-            tenant = await self._tenant_of(job_id)
-        except JobNotFound:
-            start = self.keys.dlq_prefix()
-            kvs, _ = await self.kv.range_all(start, prefix_end(start))
-            suffix = f"/{job_id}/".encode() + b"%013d" % sched
-            return [kv for kv in kvs if kv.key.endswith(suffix)]
-        kv = await self.kv.get(self.keys.dlq_key(tenant, job_id, sched))
-        return [kv] if kv else []
+        Raises:
+            ExecutionNotFound: no dead execution has it.
+        """
+        return await _dead_letters.get_dead(self, execution_id)

@@ -1,7 +1,8 @@
 """The notify format: what ``notify/{p}`` tells a partition's owner about API changes.
 
-Written by the client API's transactions (:mod:`schedd.store._jobs`) in the same transaction
-as the change; read by every node's watch of ``notify/``. The value is JSON::
+Written by the client API's transactions (:func:`notify_ops`, from :mod:`schedd.store._jobs`
+and its create and dead-letter paths) in the same transaction as the change; read by every
+node's watch of ``notify/``. The value is JSON::
 
     {"u": ["j-a", ...], "c": [["j-b", due_ms, scheduled_ms], ...]}
 
@@ -17,7 +18,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from schedd.store._keys import Keys
 from schedd.store._records import FIRE, DueEntry
+from schedd.store.abc import Op, OpBuilder
 
 #: A notice listing more changed ids than this says "everything" instead.
 NOTIFY_MAX_IDS = 200
@@ -55,3 +58,21 @@ class Notice:
         return [
             DueEntry(partition, due, job, FIRE, sched, revision) for job, due, sched in self.created
         ]
+
+
+def notify_ops(
+    ops: OpBuilder,
+    keys: Keys,
+    changed: dict[int, list[str]],
+    created: dict[int, list[tuple[str, int, int]]] | None = None,
+) -> list[Op]:
+    """Puts ``notify/{p}`` for every partition touched (the format: :class:`Notice`).
+
+    ``changed``: partition -> ids of jobs changed; ``created``: partition -> (job id, due ms,
+    scheduled ms) of jobs created, as :class:`Notice` lists them.
+    """
+    created = created or {}
+    return [
+        ops.put(keys.notify_key(p), Notice(changed.get(p, []), created.get(p, [])).encode())
+        for p in sorted(set(changed) | set(created))
+    ]
