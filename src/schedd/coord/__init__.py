@@ -19,6 +19,7 @@ adds to every guarded write. Typical wiring::
 
 from schedd.coord._membership import Membership, NodeInfo
 from schedd.coord._meta import FORMAT_VERSION, ClusterMeta, init_cluster, read_cluster
+from schedd.coord._mirror import PrefixMirror
 from schedd.coord._ownership import (
     OwnershipConfig,
     PartitionOwnership,
@@ -36,6 +37,7 @@ __all__ = [
     "NodeInfo",
     "OwnershipConfig",
     "PartitionOwnership",
+    "PrefixMirror",
     "Session",
     "init_cluster",
     "preference_order",

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 from schedd._logfmt import bind_process, json_logs
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
-from schedd.obs._prometheus import PrometheusRecorder
+from schedd.obs import PrometheusRecorder
 from schedd.store import EtcdConfig, RocksConfig, StoreConfig, parse_store, store_address
 
 if TYPE_CHECKING:
-    from schedd.worker._http import HttpConfig
-    from schedd.worker._shell import ShellConfig
+    from schedd.worker import HttpConfig, ShellConfig
 
 log = logging.getLogger("schedd.dev")
 
@@ -86,8 +85,7 @@ async def _run(
     http_actions: bool = False,
 ) -> int:
     from schedd.dev.demo_handlers import register
-    from schedd.worker import Worker, WorkerConfig
-    from schedd.worker._http import HttpExecutor
+    from schedd.worker import HttpExecutor, Worker, WorkerConfig
 
     bind_process(node=NODE_ID)  # the one node: its id on every line (JSON logs)
     config, etcd = _store(data_dir, store)
@@ -130,7 +128,7 @@ async def _run(
         if http is not None:
             worker.add_executor("http", HttpExecutor(http))
         if shell is not None:
-            from schedd.worker._shell import ShellExecutor
+            from schedd.worker import ShellExecutor
 
             worker.add_executor("shell", ShellExecutor(shell))
         await worker.start()

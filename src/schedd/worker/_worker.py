@@ -20,8 +20,7 @@ import schedd
 from schedd._clock import Clock, SystemClock
 from schedd._metadata import AUTHORIZATION
 from schedd._tls import TlsConfigError
-from schedd.obs import MetricsRecorder, NoopRecorder
-from schedd.obs._prometheus import MetricsServer, PrometheusRecorder
+from schedd.obs import MetricsRecorder, MetricsServer, NoopRecorder, PrometheusRecorder
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
 from schedd.worker._config import WorkerConfig
