@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,37 @@ async def test_the_recorder_hears_of_every_attempt_the_worker_ran(
     outcomes = sorted(o for o, _ in recorder.finished)
     assert outcomes == sorted([worker_pb2.OUTCOME_SUCCEEDED, worker_pb2.OUTCOME_FAILED])
     assert all(s >= 0 for _, s in recorder.finished)
+
+
+@dataclass
+class GaugingRecorder(CountingRecorder):
+    """A recorder that keeps the gauges registered on it, to read them as an exporter would."""
+
+    gauges: dict[str, Callable[[], Any]] = field(default_factory=dict)
+
+    def gauge(
+        self, name: str, doc: str, read: Callable[[], Any], labels: Sequence[str] = ()
+    ) -> None:
+        self.gauges[name] = read
+
+
+async def test_the_worker_registers_its_gauges_on_any_recorder_with_gauge(
+    make_node: NodeFactory, start_worker: WorkerFactory
+) -> None:
+    node = await make_node()
+    recorder = GaugingRecorder()
+    r = await start_worker(node, recorder=recorder, capacity=5)
+    assert set(recorder.gauges) == {
+        "schedd_worker_slots_free",
+        "schedd_worker_in_flight",
+        "schedd_worker_held",
+        "schedd_worker_streams",
+    }
+    assert recorder.gauges["schedd_worker_slots_free"]() == 5
+    assert recorder.gauges["schedd_worker_in_flight"]() == 0
+    assert recorder.gauges["schedd_worker_held"]() == 0
+    assert recorder.gauges["schedd_worker_streams"]() == 1
+    assert r.worker._metrics_server is None  # not a recorder that can be scraped
 
 
 # ---- config ---------------------------------------------------------------------------------

@@ -20,7 +20,13 @@ import schedd
 from schedd._clock import Clock, SystemClock
 from schedd._metadata import AUTHORIZATION
 from schedd._tls import TlsConfigError
-from schedd.obs import MetricsRecorder, MetricsServer, NoopRecorder, PrometheusRecorder
+from schedd.obs import (
+    MetricsRecorder,
+    MetricsServer,
+    NoopRecorder,
+    PrometheusRecorder,
+    metrics_server,
+)
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
 from schedd.worker._config import WorkerConfig
@@ -117,9 +123,9 @@ class Worker:
         self._clock: Clock = clock or SystemClock()
         if recorder is None and config.metrics_listen:
             recorder = PrometheusRecorder(("worker",))
+        #: Where metrics go; the worker's gauges are registered on it at start.
         self._recorder: MetricsRecorder = recorder or NoopRecorder()
-        #: The Prometheus recorder, when metrics are on (its gauges are registered at start).
-        self.metrics = recorder if isinstance(recorder, PrometheusRecorder) else None
+        #: Serves ``config.metrics_listen`` when the recorder is one that can be scraped.
         self._metrics_server: MetricsServer | None = None
         #: Executors by handler name, and by target kind (http, shell).
         self._handlers: dict[str, Executor] = {}
@@ -211,23 +217,27 @@ class Worker:
         """Make every recorded result durable (the streams call it before each write)."""
         self.ledger.flush()
 
-    def _register_gauges(self, rec: PrometheusRecorder) -> None:
+    def _register_gauges(self) -> None:
         attempts = self._attempts
         assert attempts is not None
-        rec.gauge(
+        # A recorder written before MetricsRecorder.gauge existed has none: it gets no gauges.
+        gauge = getattr(self._recorder, "gauge", None)
+        if gauge is None:
+            return
+        gauge(
             "schedd_worker_slots_free",
             "Executions this worker may still start (capacity minus running)",
             lambda: self.capacity - attempts.active,
         )
-        rec.gauge(
+        gauge(
             "schedd_worker_in_flight", "Executions running on this worker", lambda: attempts.active
         )
-        rec.gauge(
+        gauge(
             "schedd_worker_held",
             "Executions held on this worker for a later instant",
             lambda: self.held_count,
         )
-        rec.gauge(
+        gauge(
             "schedd_worker_streams",
             "Streams to nodes that are connected",
             lambda: sum(1 for c in self._all_conns() if c.live),
@@ -266,11 +276,10 @@ class Worker:
         )
         self._stopped = asyncio.Event()
         cfg = self.config
-        if self.metrics is not None:
-            self._register_gauges(self.metrics)
-            if cfg.metrics_listen:
-                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
-                await self._metrics_server.start()
+        self._register_gauges()
+        self._metrics_server = metrics_server(self._recorder, cfg.metrics_listen, tls=cfg.tls)
+        if self._metrics_server is not None:
+            await self._metrics_server.start()
         for ep in cfg.endpoints:
             self._connect(ep)
         if cfg.discover:
