@@ -247,6 +247,56 @@ async def test_start_then_stop_with_a_timeout_cancels_what_still_runs(
     await w.stop()  # a second stop returns at once
 
 
+async def test_async_with_starts_the_worker_and_stops_it_gracefully(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = await make_node()
+    release = asyncio.Event()
+
+    async def slow(ctx: Context, payload: Any) -> Any:
+        await release.wait()
+        return "done"
+
+    w = Worker(WorkerConfig(endpoints=(node.address,), worker_id="w", data_dir=tmp_path))
+    w.add_handler("slow", slow)
+    async with w as entered:
+        assert entered is w
+        await wait_for(lambda: [s.worker_id for s in node.dispatcher.workers()] == ["w"], "w")
+        node.submit("e1", handler="slow")
+        await wait_for(lambda: [s.execution_id for s in node.authority.started] == ["e1"], "run")
+        asyncio.get_running_loop().call_later(0.05, release.set)
+    # graceful: the attempt that was running finished before the block's exit returned
+    res = await _result(node, "e1")
+    assert res.outcome == worker_pb2.OUTCOME_SUCCEEDED
+    with pytest.raises(RuntimeError, match="started before"):
+        await w.start()  # stopped for good
+
+
+async def test_async_with_ended_by_an_exception_stops_at_once(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = await make_node()
+    never = asyncio.Event()
+
+    async def stuck(ctx: Context, payload: Any) -> Any:
+        await never.wait()
+
+    w = Worker(
+        WorkerConfig(
+            endpoints=(node.address,), worker_id="w", data_dir=tmp_path, shutdown_timeout_s=60
+        )
+    )
+    w.add_handler("stuck", stuck)
+    with pytest.raises(KeyError):
+        async with w:
+            await wait_for(lambda: [s.worker_id for s in node.dispatcher.workers()] == ["w"], "w")
+            node.submit("e1", handler="stuck")
+            await wait_for(lambda: len(node.authority.started) == 1, "Started")
+            raise KeyError("the block failed")
+    res = await _result(node, "e1")  # not the 60 s grace: cancelled at once
+    assert res.outcome == worker_pb2.OUTCOME_CANCELLED
+
+
 # ---- supervised streams ---------------------------------------------------------------------
 
 

@@ -13,6 +13,11 @@
 
     worker.run_sync()
 
+Or, inside a program that runs its own event loop::
+
+    async with Worker("10.0.0.1:7070", queues=["default"], data_dir="/var/lib/w") as worker:
+        ...  # started; stopped gracefully when the block ends (at once if it raised)
+
 ``__all__`` is the public face. The names imported below it with ``as`` are for schedd's own
 packages: the executor seam (:class:`Executor`, :class:`Outcome`, :class:`Runtime` and the
 http and shell executors with their configs), the ledger and thread bridge the test harness

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 import schedd
@@ -80,6 +81,11 @@ class Worker:
             return {"sent": payload["to"]}
 
         worker.run_sync()
+
+    Lifecycle: :meth:`run_sync` (its own event loop, until SIGINT or SIGTERM), :meth:`run`
+    (until :meth:`stop`), or :meth:`start` and :meth:`stop` (``graceful``, ``timeout``) by
+    hand, or ``async with Worker(...) as worker:`` (started on entry, stopped on exit). A
+    worker runs once: a stopped worker is not started again (make a new one).
     """
 
     def __init__(
@@ -345,6 +351,24 @@ class Worker:
                 await self._metrics_server.stop()
         finally:
             self._shut_down()
+
+    async def __aenter__(self) -> Worker:
+        r"""``async with Worker(...) as worker:`` :meth:`start`\ s it; the block runs while the
+        streams connect and serve in the background."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stops the worker when the block ends: gracefully (running attempts get up to
+        ``config.shutdown_timeout_s``) when it ends normally; at once (running attempts
+        cancelled, reported OUTCOME_CANCELLED; the nodes hand them out again) when it ends by
+        an exception, cancellation included. The exception propagates."""
+        await self.stop(graceful=exc_type is None)
 
     async def _close_executors(self) -> None:
         """Executors that hold resources (the HTTP executor's connection pool) may define
