@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 import schedd
 from schedd._clock import Clock, SystemClock
 from schedd._metadata import AUTHORIZATION
-from schedd._tls import TlsConfigError
 from schedd.obs import (
     MetricsRecorder,
     MetricsServer,
@@ -30,7 +29,7 @@ from schedd.obs import (
 )
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
-from schedd.worker._config import WorkerConfig
+from schedd.worker._config import WorkerConfig, check_tls_files
 from schedd.worker._connection import CHANNEL_OPTIONS, NodeConnection
 from schedd.worker._credits import CreditPool
 from schedd.worker._discovery import Discovery, NodeDirectory, StatusQuery
@@ -115,12 +114,7 @@ class Worker:
         else:
             config = WorkerConfig(tuple([config] if isinstance(config, str) else config), **options)
         self.config = config
-        if config.tls is not None:
-            try:
-                _ = config.tls.material  # read now: a bad file fails here, not at each connect
-            except TlsConfigError as exc:
-                names = {f: f"tls.{f}" for f in ("cert_file", "key_file", "ca_file")}
-                raise ValueError(exc.message(names)) from exc
+        check_tls_files(config)
         self.capacity = config.capacity
         self.prefetch = config.prefetch
         #: Resolved at start when the config leaves them out (a kept id, a temporary dir).
