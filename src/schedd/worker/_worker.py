@@ -30,12 +30,12 @@ from schedd.obs import (
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
 from schedd.worker._config import WorkerConfig, check_tls_files
-from schedd.worker._connection import CHANNEL_OPTIONS, NodeConnection
+from schedd.worker._connection import NodeConnection
 from schedd.worker._credits import CreditPool
-from schedd.worker._discovery import Discovery, NodeDirectory, StatusQuery
 from schedd.worker._executor import EXECUTOR_KINDS, Executor, Runtime
 from schedd.worker._handler import Handler, HandlerExecutor
 from schedd.worker._ledger import Ledger
+from schedd.worker._streams import Streams
 from schedd.worker._threads import ThreadBridge
 
 log = logging.getLogger(__name__)
@@ -130,13 +130,8 @@ class Worker:
         #: Executors by handler name, and by target kind (http, shell).
         self._handlers: dict[str, Executor] = {}
         self._kinds: dict[str, Executor] = {}
-        #: The streams by endpoint: the given ones, and those discovery added.
-        self._conns: dict[str, NodeConnection] = {}
-        #: Streams being closed because their node left (stopped too if the worker stops).
-        self._leaving: set[NodeConnection] = set()
-        self._discovery: Discovery | None = None
-        self._discovery_task: asyncio.Task[None] | None = None
-        self._status_query: StatusQuery | None = None
+        #: The streams to the nodes: the given endpoints' and discovery's.
+        self._streams = Streams(self, config, lambda: self._stopping)
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self._sync_loop: asyncio.AbstractEventLoop | None = None  # run_sync's, while it runs
@@ -240,7 +235,7 @@ class Worker:
         gauge(
             "schedd_worker_streams",
             "Streams to nodes that are connected",
-            lambda: sum(1 for c in self._all_conns() if c.live),
+            lambda: sum(1 for c in self._streams.all() if c.live),
         )
 
     @property
@@ -280,26 +275,7 @@ class Worker:
         self._metrics_server = metrics_server(self._recorder, cfg.metrics_listen, tls=cfg.tls)
         if self._metrics_server is not None:
             await self._metrics_server.start()
-        for ep in cfg.endpoints:
-            self._connect(ep)
-        if cfg.discover:
-            self._status_query = StatusQuery(
-                CHANNEL_OPTIONS, tls=cfg.tls, metadata=self.call_metadata()
-            )
-            self._discovery = Discovery(
-                cfg.endpoints,
-                NodeDirectory(cfg.forget_node_after_s),
-                interval_s=cfg.discovery_interval_s,
-                query=self._status_query,
-                connections=self._connections,
-                connect=self._connect,
-                forget=self._forget,
-                clock=self._clock.monotonic,
-                revive=self._revive,
-            )
-            self._discovery_task = asyncio.create_task(
-                self._discovery.run(), name="schedd-worker-discovery"
-            )
+        self._streams.start(self.call_metadata(), self._clock.monotonic)
 
     async def run(self) -> None:
         """:meth:`start`, then serve until :meth:`stop` has finished. Cancelled, it cancels
@@ -311,8 +287,7 @@ class Worker:
         finally:
             if not self._stopping:  # cancelled, not stopped
                 self._stopping = True
-                await self._stop_discovery()
-                await asyncio.gather(*(c.stop(graceful=False) for c in self._all_conns()))
+                await self._streams.stop(graceful=False)
                 self._shut_down()
 
     async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
@@ -337,9 +312,9 @@ class Worker:
             (self.config.shutdown_timeout_s if timeout is None else timeout) if graceful else None
         )
         try:
-            await self._stop_discovery()
+            await self._streams.stop_discovery()
             await self._attempts.drain(grace, self.config.cancel_timeout_s)
-            await asyncio.gather(*(c.stop(graceful=True) for c in self._all_conns()))
+            await self._streams.stop(graceful=True)
             await self._close_executors()
             if self._metrics_server is not None:
                 await self._metrics_server.stop()
@@ -408,71 +383,19 @@ class Worker:
     @property
     def endpoints(self) -> list[str]:
         """The endpoints this worker keeps a stream to (given and discovered), sorted."""
-        return sorted(self._conns)
+        return self._streams.endpoints
 
     @property
     def live_endpoints(self) -> list[str]:
         """The endpoints whose stream is open and welcomed now, sorted."""
-        return sorted(ep for ep, c in self._conns.items() if c.live)
+        return self._streams.live_endpoints
 
-    def _connections(self) -> dict[str, str | None]:
-        """Endpoint -> the node id that welcomed its open stream (None while it has none).
+    @property
+    def _conns(self) -> dict[str, NodeConnection]:
+        """The streams by endpoint (see :class:`~schedd.worker._streams.Streams`)."""
+        return self._streams.conns
 
-        A stream that is down counts for no node: a node restarted on another address is
-        then connected at its new one, instead of counting as covered by the old endpoint
-        (which it welcomed once) until that is forgotten.
-        """
-        return {
-            ep: (c.welcome.node_id or None) if c.live and c.welcome is not None else None
-            for ep, c in self._conns.items()
-        }
-
-    def _connect(self, endpoint: str) -> None:
-        """Start keeping a stream to ``endpoint`` (nothing if there is one, or stopping)."""
-        if endpoint in self._conns or self._stopping:
-            return
-        cfg = self.config
-        conn = NodeConnection(
-            self,
-            endpoint,
-            backoff=(cfg.reconnect_min_s, cfg.reconnect_max_s),
-            close_timeout_s=cfg.stream_close_timeout_s,
-            tls=cfg.tls,
-        )
-        self._conns[endpoint] = conn
-        conn.start()
-
-    def _revive(self, endpoint: str) -> None:
-        conn = self._conns.get(endpoint)
-        if conn is not None and not self._stopping:
-            conn.retry_now()
-
-    async def _forget(self, endpoint: str) -> bool:
-        """Close the stream to a node that left, unless executions it dispatched still run
-        (their results go back on it): then keep it, and return False."""
-        conn = self._conns.get(endpoint)
-        if conn is None:
-            return True
-        if conn.running > 0 or self._stopping:
-            return False
-        del self._conns[endpoint]
-        self._leaving.add(conn)
-        # Cancelled here (the worker stops), it stays in _leaving for stop() to finish.
-        await conn.stop(graceful=True)  # its credits come back through stream_ended
-        self._leaving.discard(conn)
-        return True
-
-    def _all_conns(self) -> list[NodeConnection]:
-        return [*self._conns.values(), *self._leaving]
-
-    async def _stop_discovery(self) -> None:
-        task, self._discovery_task = self._discovery_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        if self._status_query is not None:
-            await self._status_query.close()
-            self._status_query = None
+    # ---- local state: the data directory, the ledger, the thread pool -------------------------
 
     def _open(self) -> None:
         if self.data_dir is None:
