@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,37 @@ async def test_the_recorder_hears_of_every_attempt_the_worker_ran(
     assert all(s >= 0 for _, s in recorder.finished)
 
 
+@dataclass
+class GaugingRecorder(CountingRecorder):
+    """A recorder that keeps the gauges registered on it, to read them as an exporter would."""
+
+    gauges: dict[str, Callable[[], Any]] = field(default_factory=dict)
+
+    def gauge(
+        self, name: str, doc: str, read: Callable[[], Any], labels: Sequence[str] = ()
+    ) -> None:
+        self.gauges[name] = read
+
+
+async def test_the_worker_registers_its_gauges_on_any_recorder_with_gauge(
+    make_node: NodeFactory, start_worker: WorkerFactory
+) -> None:
+    node = await make_node()
+    recorder = GaugingRecorder()
+    r = await start_worker(node, recorder=recorder, capacity=5)
+    assert set(recorder.gauges) == {
+        "schedd_worker_slots_free",
+        "schedd_worker_in_flight",
+        "schedd_worker_held",
+        "schedd_worker_streams",
+    }
+    assert recorder.gauges["schedd_worker_slots_free"]() == 5
+    assert recorder.gauges["schedd_worker_in_flight"]() == 0
+    assert recorder.gauges["schedd_worker_held"]() == 0
+    assert recorder.gauges["schedd_worker_streams"]() == 1
+    assert r.worker._metrics_server is None  # not a recorder that can be scraped
+
+
 # ---- config ---------------------------------------------------------------------------------
 
 
@@ -213,6 +245,56 @@ async def test_start_then_stop_with_a_timeout_cancels_what_still_runs(
     res = await _result(node, "e1")
     assert (res.outcome, res.error) == (worker_pb2.OUTCOME_CANCELLED, "worker shutting down")
     await w.stop()  # a second stop returns at once
+
+
+async def test_async_with_starts_the_worker_and_stops_it_gracefully(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = await make_node()
+    release = asyncio.Event()
+
+    async def slow(ctx: Context, payload: Any) -> Any:
+        await release.wait()
+        return "done"
+
+    w = Worker(WorkerConfig(endpoints=(node.address,), worker_id="w", data_dir=tmp_path))
+    w.add_handler("slow", slow)
+    async with w as entered:
+        assert entered is w
+        await wait_for(lambda: [s.worker_id for s in node.dispatcher.workers()] == ["w"], "w")
+        node.submit("e1", handler="slow")
+        await wait_for(lambda: [s.execution_id for s in node.authority.started] == ["e1"], "run")
+        asyncio.get_running_loop().call_later(0.05, release.set)
+    # graceful: the attempt that was running finished before the block's exit returned
+    res = await _result(node, "e1")
+    assert res.outcome == worker_pb2.OUTCOME_SUCCEEDED
+    with pytest.raises(RuntimeError, match="started before"):
+        await w.start()  # stopped for good
+
+
+async def test_async_with_ended_by_an_exception_stops_at_once(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = await make_node()
+    never = asyncio.Event()
+
+    async def stuck(ctx: Context, payload: Any) -> Any:
+        await never.wait()
+
+    w = Worker(
+        WorkerConfig(
+            endpoints=(node.address,), worker_id="w", data_dir=tmp_path, shutdown_timeout_s=60
+        )
+    )
+    w.add_handler("stuck", stuck)
+    with pytest.raises(KeyError):
+        async with w:
+            await wait_for(lambda: [s.worker_id for s in node.dispatcher.workers()] == ["w"], "w")
+            node.submit("e1", handler="stuck")
+            await wait_for(lambda: len(node.authority.started) == 1, "Started")
+            raise KeyError("the block failed")
+    res = await _result(node, "e1")  # not the 60 s grace: cancelled at once
+    assert res.outcome == worker_pb2.OUTCOME_CANCELLED
 
 
 # ---- supervised streams ---------------------------------------------------------------------

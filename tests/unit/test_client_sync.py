@@ -16,7 +16,12 @@ __all__ = ["served"]
 
 
 def _public(cls: type) -> set[str]:
-    return {n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)}
+    return {
+        n
+        for c in cls.__mro__[:-1]  # its bases too (AsyncClient's admin calls), not object's
+        for n, v in vars(c).items()
+        if not n.startswith("_") and callable(v)
+    }
 
 
 def test_every_async_method_has_a_blocking_twin_with_its_signature() -> None:

@@ -104,7 +104,9 @@ def test_public_faces_are_pinned() -> None:
             "WorkerConfig",
         ]
     )
-    assert sorted(schedd.obs.__all__) == sorted(["Health", "MetricsRecorder", "NoopRecorder"])
+    assert sorted(schedd.obs.__all__) == sorted(
+        ["GaugeValue", "Health", "MetricsRecorder", "NoopRecorder"]
+    )
     assert sorted(schedd.testing.__all__) == sorted(["Attempt", "Run", "SchedulerHarness"])
     assert {"parse_schedule", "plan_misfires", "Schedule"} <= set(schedd.schedule.__all__)
     for module in (

@@ -14,4 +14,7 @@ def test_the_noop_recorder_implements_every_method_and_does_nothing() -> None:
     for name in contract:
         method = getattr(recorder, name)
         args = [0] * (len(inspect.signature(method).parameters))
-        assert method(*args) is None
+        if name == "histogram":  # the one read: it keeps nothing
+            assert method(*args) == []
+        else:
+            assert method(*args) is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from schedd.v1 import worker_pb2
-from schedd.worker._connection import MAX_ITEMS, MAX_RESULT_BYTES, NodeConnection
+from schedd.worker._connection import NodeConnection
+from schedd.worker._outbox import MAX_ITEMS, MAX_RESULT_BYTES
 
 
 def _conn() -> NodeConnection:
@@ -16,7 +17,7 @@ def _conn() -> NodeConnection:
 
 def _drain(conn: NodeConnection) -> list[worker_pb2.WorkerMessage]:
     out = []
-    while (msg := conn._take()) is not None:
+    while (msg := conn.outbox.take()) is not None:
         out.append(msg)
     return out
 

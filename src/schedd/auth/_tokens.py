@@ -21,8 +21,7 @@ from collections.abc import Awaitable, Callable
 from schedd._errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unauthenticated
 from schedd.auth._caller import ADMIN, ROLES, WORKER, Caller
 from schedd.model import check_text
-from schedd.store import KV, Keys
-from schedd.store._types import KeyValue, prefix_end
+from schedd.store import KV, Keys, KeyValue, prefix_end
 from schedd.v1 import auth_pb2
 
 log = logging.getLogger(__name__)

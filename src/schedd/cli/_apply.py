@@ -29,8 +29,13 @@ from rich.table import Table
 from schedd._errors import InvalidArgument, SchedError
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import console, emit, rows_table
-from schedd.client import Client
-from schedd.client._spec import KIND_LIMITS, changed_paths, job_from_dict, limits_from_dict
+from schedd.client import (
+    KIND_LIMITS,
+    Client,
+    changed_paths,
+    job_from_dict,
+    limits_from_dict,
+)
 from schedd.model import normalise_spec, validate_tenant_limits
 from schedd.v1 import job_pb2, scheduler_pb2
 

@@ -11,8 +11,7 @@ from rich.table import Table
 
 from schedd.cli._context import find_job, output_option, settings
 from schedd.cli._output import console, emit, key_value_table, local_time, relative, rows_table
-from schedd.client import execution_note, execution_to_dict, job_to_dict
-from schedd.client._fires import lateness_ms, next_fires
+from schedd.client import execution_note, execution_to_dict, job_to_dict, lateness_ms, next_fires
 from schedd.model import state_name
 from schedd.v1 import execution_pb2
 

@@ -31,8 +31,7 @@ import yaml
 from schedd._errors import NotFound
 from schedd.cli._context import settings
 from schedd.cli._exit import CONFLICT
-from schedd.client import Client, iso_utc
-from schedd.client._spec import job_to_spec, limits_to_spec, payload_is_json
+from schedd.client import Client, iso_utc, job_to_spec, limits_to_spec, payload_is_json
 from schedd.model import DEFAULT_TENANT
 from schedd.v1 import job_pb2, scheduler_pb2
 

@@ -24,8 +24,14 @@ from schedd.cli._context import (
 )
 from schedd.cli._output import emit, emit_list, local_time, relative, rows_table
 from schedd.cli._runs import emit_executions
-from schedd.client import UNSET, build_update, execution_to_dict, iso_utc, job_to_dict
-from schedd.client._convert import job_state_word
+from schedd.client import (
+    UNSET,
+    build_update,
+    execution_to_dict,
+    iso_utc,
+    job_state_word,
+    job_to_dict,
+)
 from schedd.v1 import job_pb2
 
 MISFIRE = click.Choice(["catch_up", "once", "skip"], case_sensitive=False)

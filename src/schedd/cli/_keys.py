@@ -68,8 +68,7 @@ def keys() -> None:
 )
 def generate(key_id: str | None, append_to: str | None) -> None:
     """Make a new key: print its keyring line ('<key id> <base64 of 32 random bytes>')."""
-    from schedd.store import EncryptionKey
-    from schedd.store._envelope import read_keyring_file
+    from schedd.store import EncryptionKey, read_keyring_file
 
     key_id = key_id or time.strftime("k%Y%m%dT%H%M%SZ", time.gmtime())
     try:

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from schedd.worker._http import HttpConfig
-    from schedd.worker._shell import ShellConfig
+    from schedd.worker import HttpConfig, ShellConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -104,7 +103,7 @@ def job_kind_configs(kinds: dict[str, Any]) -> tuple[HttpConfig | None, ShellCon
     Raises:
         click.UsageError: --shell-allow or --shell-kill-grace without --allow-shell.
     """
-    from schedd.worker._http import HttpConfig
+    from schedd.worker import HttpConfig
 
     http = None
     if kinds["http_on"]:
@@ -120,7 +119,7 @@ def job_kind_configs(kinds: dict[str, Any]) -> tuple[HttpConfig | None, ShellCon
         )
     shell = None
     if kinds["allow_shell"]:
-        from schedd.worker._shell import ShellConfig
+        from schedd.worker import ShellConfig
 
         shell = ShellConfig(
             allowed=tuple(kinds["shell_allow"]), kill_grace_s=kinds["shell_kill_grace"]

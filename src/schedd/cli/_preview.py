@@ -10,8 +10,7 @@ import click
 from schedd._errors import InvalidArgument
 from schedd.cli._context import output_option, settings
 from schedd.cli._output import emit, relative, rows_table
-from schedd.client import parse_time_ms
-from schedd.client._fires import dst_notes, fire_list
+from schedd.client import dst_notes, fire_list, parse_time_ms
 
 
 def preview_fires(expr: str, tz: str, after_ms: int, count: int) -> dict[str, Any]:

@@ -21,10 +21,10 @@ from schedd.client import (
     cluster_status_to_dict,
     execution_note,
     execution_to_dict,
+    lateness_ms,
     missing_nodes_to_dicts,
     worker_to_dict,
 )
-from schedd.client._fires import lateness_ms
 from schedd.model import parse_state, state_name
 from schedd.v1 import execution_pb2, scheduler_pb2
 

@@ -253,7 +253,7 @@ def worker(
     """Run a worker: the handlers the given modules register, HTTP jobs (unless --no-http)
     and, with --allow-shell, shell jobs. TLS to the nodes with --tls-ca-file (and a client
     certificate for nodes that require one: --tls-cert-file, --tls-key-file)."""
-    from schedd.worker._cli import run_worker_from_cli
+    from schedd.worker import run_worker_from_cli
 
     tls = tls_files(tls_cert_file, tls_key_file, tls_ca_file, tls_server_name, server=False)
     http, shell = job_kind_configs(kinds)
@@ -305,7 +305,7 @@ def dev(
     """Start a node with its store (embedded by default: no etcd) and a worker with demo
     handlers (echo, sleep, fail, flaky) that runs HTTP jobs too (shell jobs with
     --allow-shell)."""
-    from schedd.dev._cluster import run_dev
+    from schedd.dev import run_dev
 
     http, shell = job_kind_configs(kinds)
     try:

@@ -5,6 +5,11 @@ Both take the same arguments and have the same methods; results are the protobuf
 ``state`` is a number, which :class:`State` names (``print(State(run.state))``). Errors are
 :class:`~schedd.SchedError` subclasses. :func:`job_to_dict` and :func:`execution_to_dict` give
 JSON-friendly views for output.
+
+``__all__`` is the public face. The names imported below it with ``as`` are for schedd's own
+packages (``schedctl``, the dashboard): the job document format of ``schedctl apply`` and
+``export`` and the fire previews. Other packages import them from here, never from the
+underscore modules.
 """
 
 from schedd.client._async import AsyncClient
@@ -65,3 +70,18 @@ __all__ = [
     "token_to_dict",
     "worker_to_dict",
 ]
+
+# For schedd's own packages (schedctl, the dashboard), not part of the public face above.
+from schedd.client._convert import job_state_word as job_state_word
+from schedd.client._fires import dst_notes as dst_notes
+from schedd.client._fires import fire_list as fire_list
+from schedd.client._fires import lateness_ms as lateness_ms
+from schedd.client._fires import next_fires as next_fires
+from schedd.client._spec import KIND_JOB as KIND_JOB
+from schedd.client._spec import KIND_LIMITS as KIND_LIMITS
+from schedd.client._spec import changed_paths as changed_paths
+from schedd.client._spec import job_from_dict as job_from_dict
+from schedd.client._spec import job_to_spec as job_to_spec
+from schedd.client._spec import limits_from_dict as limits_from_dict
+from schedd.client._spec import limits_to_spec as limits_to_spec
+from schedd.client._spec import payload_is_json as payload_is_json

@@ -17,6 +17,7 @@ import grpc.aio
 from schedd._errors import InvalidArgument, NotFound, SchedError
 from schedd._metadata import AUTHORIZATION, MetadataInterceptor
 from schedd._status import from_rpc_error, item_error_to_exception
+from schedd.client._admin import AdminCalls
 from schedd.client._channel import ChannelSpec, TlsOption, channel_spec
 from schedd.client._convert import encode_payload, parse_time_ms
 from schedd.client._failover import FailoverStub
@@ -29,7 +30,7 @@ from schedd.client._requests import (
     build_update,
     state_values,
 )
-from schedd.v1 import auth_pb2, execution_pb2, job_pb2, scheduler_pb2, scheduler_pb2_grpc
+from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger("schedd.client")
 
@@ -70,7 +71,7 @@ def _creating(
     return create_job
 
 
-class AsyncClient:
+class AsyncClient(AdminCalls):
     """An asyncio client of the Scheduler API (create it inside the running loop).
 
     Every call has a deadline (``timeout_s``) and raises a :class:`~schedd.SchedError`
@@ -403,110 +404,6 @@ class AsyncClient:
         ``local_only``: only what the node asked knows, without asking its peers."""
         req = scheduler_pb2.GetClusterStatusRequest(local_only=local_only)
         return await self._call(self._stub.GetClusterStatus, req)
-
-    # -- tenants --------------------------------------------------------------------------------
-    async def set_tenant_limits(
-        self,
-        tenant: str,
-        *,
-        rate: float = 0,
-        burst: int = 0,
-        max_running: int = 0,
-        max_jobs: int = 0,
-        api_rate: float = 0,
-        api_burst: int = 0,
-    ) -> scheduler_pb2.TenantLimits:
-        """Replace ``tenant``'s limits: ``rate`` fires per second (``burst`` at once; default
-        one second's worth) and ``max_running`` executions at once; 0 leaves that one
-        unlimited. Every node enforces its share within a moment; fires over a limit wait,
-        in order. Quotas: ``max_jobs`` stored at once, and ``api_rate`` API calls per second
-        per node (``api_burst`` at once); over them calls get ``ResourceExhausted``. Returns
-        the limits as stored."""
-        limits = scheduler_pb2.TenantLimits(
-            tenant=tenant, rate=rate, burst=burst, max_running=max_running,
-            max_jobs=max_jobs, api_rate=api_rate, api_burst=api_burst,
-        )  # fmt: skip
-        req = scheduler_pb2.SetTenantLimitsRequest(limits=limits)
-        return await self._call(self._stub.SetTenantLimits, req)
-
-    async def get_tenant_limits(self, tenant: str) -> scheduler_pb2.TenantLimits:
-        """``tenant``'s limits; ``NotFound`` when it has none."""
-        req = scheduler_pb2.GetTenantLimitsRequest(tenant=tenant)
-        return await self._call(self._stub.GetTenantLimits, req)
-
-    async def list_tenant_limits(self) -> list[scheduler_pb2.TenantLimits]:
-        """Every tenant that has limits, by name."""
-        req = scheduler_pb2.ListTenantLimitsRequest()
-        resp = await self._call(self._stub.ListTenantLimits, req)
-        return list(resp.tenants)
-
-    async def delete_tenant_limits(self, tenant: str) -> scheduler_pb2.TenantLimits:
-        """Lift ``tenant``'s limits (its waiting fires go at once); returns what they were.
-        ``NotFound`` when it had none."""
-        req = scheduler_pb2.DeleteTenantLimitsRequest(tenant=tenant)
-        return await self._call(self._stub.DeleteTenantLimits, req)
-
-    # -- tokens and the audit trail -------------------------------------------------------------
-    async def create_token(
-        self,
-        role: str,
-        *,
-        tenant: str = "",
-        description: str = "",
-        ttl_s: float = 0,
-        queues: Sequence[str] = (),
-        tenants: Sequence[str] = (),
-    ) -> scheduler_pb2.CreateTokenResponse:
-        """Make an API token (admin only): ``role`` admin, editor, viewer or worker; editor
-        and viewer tokens act for ``tenant``; worker tokens may be limited to ``queues`` and
-        ``tenants``. ``ttl_s`` 0: it never expires. The answer's ``secret`` is the bearer
-        string, returned this once."""
-        token = auth_pb2.ApiToken(
-            role=role, tenant=tenant, description=description, queues=queues, tenants=tenants
-        )
-        req = scheduler_pb2.CreateTokenRequest(token=token, ttl_ms=round(ttl_s * 1000))
-        return await self._call(self._stub.CreateToken, req)
-
-    async def list_tokens(
-        self, tenant: str = "", *, include_revoked: bool = False
-    ) -> list[auth_pb2.ApiToken]:
-        """Every token (admin only), or ``tenant``'s; revoked ones only when asked."""
-        req = scheduler_pb2.ListTokensRequest(tenant=tenant, include_revoked=include_revoked)
-        return list((await self._call(self._stub.ListTokens, req)).tokens)
-
-    async def revoke_token(self, token_id: str) -> auth_pb2.ApiToken:
-        """Revoke a token (admin only): every node refuses it within a moment."""
-        req = scheduler_pb2.RevokeTokenRequest(id=token_id)
-        return await self._call(self._stub.RevokeToken, req)
-
-    async def who_am_i(self) -> auth_pb2.ApiToken:
-        """The token this client calls with (an anonymous admin on a cluster without auth)."""
-        return await self._call(self._stub.WhoAmI, scheduler_pb2.WhoAmIRequest())
-
-    async def list_audit(
-        self,
-        *,
-        tenant: str = "",
-        since_ms: int = 0,
-        until_ms: int = 0,
-        actor: str = "",
-        limit: int = 1000,
-    ) -> list[auth_pb2.AuditEntry]:
-        """Audit entries in time order from ``since_ms``, at most ``limit``: admins see every
-        tenant's (or ``tenant``'s), other tokens their tenant's."""
-        out: list[auth_pb2.AuditEntry] = []
-        token = ""
-        while len(out) < limit:
-            req = scheduler_pb2.ListAuditRequest(
-                tenant=tenant, since_ms=since_ms, until_ms=until_ms, actor=actor,
-                page_size=min(1000, limit - len(out)), page_token=token,
-            )  # fmt: skip
-            resp = await self._call(self._stub.ListAudit, req)
-            out.extend(resp.entries)
-            token = resp.next_page_token
-            if not token:
-                break
-        return out
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -35,7 +35,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 import grpc.aio
@@ -138,6 +138,7 @@ async def call_with_failover(
             or any failure of a non-idempotent call after it was sent).
         Unavailable: No endpoint took the call in ``max_rounds`` rounds or before the deadline.
     """
+    tries = _Tries(connect, send, idempotent, connect_timeout_s, clock, unreachable)
     deadline = clock() + timeout_s
     why: dict[int, str] = {}
     for round_no in range(max_rounds):
@@ -146,23 +147,12 @@ async def call_with_failover(
             if pause > 0:
                 await sleep(pause)
         for i in rotation.order():
-            left = deadline - clock()
-            if left <= 0:
+            if deadline - clock() <= 0:
                 break
-            if not await connect(i, min(left, connect_timeout_s)):
-                left = deadline - clock()
-                why[i] = await unreachable(i, left) if unreachable and left > 0 else "not reachable"
-                continue
-            left = deadline - clock()
-            if idempotent and rotation.count > 1:
-                left /= 2
             try:
-                result = await send(i, max(left, 0.001))
-            except grpc.RpcError as exc:
-                code = exc.code() if callable(getattr(exc, "code", None)) else None
-                if not (idempotent and code in _RETRYABLE):
-                    raise
-                why[i] = _describe(exc, code)
+                result = await tries.on(i, deadline, others=rotation.count > 1)
+            except _TryNext as e:
+                why[i] = e.why
                 continue
             rotation.succeeded(i)
             return result
@@ -170,6 +160,54 @@ async def call_with_failover(
             break
     detail = ", ".join(f"{endpoints[i]} ({why.get(i, 'not tried')})" for i in rotation.order())
     raise Unavailable(f"no scheduler node could serve the call: {detail}")
+
+
+class _TryNext(Exception):
+    """The call did not go through on one endpoint and may go to the next: ``why``."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass(frozen=True)
+class _Tries(Generic[_R]):
+    """How :func:`call_with_failover` tries one endpoint (its arguments of that name)."""
+
+    connect: Callable[[int, float], Awaitable[bool]]
+    send: Callable[[int, float], Awaitable[_R]]
+    idempotent: bool
+    connect_timeout_s: float
+    clock: Callable[[], float]
+    unreachable: Callable[[int, float], Awaitable[str]] | None
+
+    async def on(self, i: int, deadline: float, *, others: bool) -> _R:
+        """The call on endpoint ``i``, connected first.
+
+        An idempotent call with ``others`` to try takes half the time left, so a node that
+        hangs leaves time for the next.
+
+        Raises:
+            _TryNext: It did not connect, or an idempotent call failed in a retryable way.
+            grpc.RpcError: Any other failure (not retried).
+        """
+        left = deadline - self.clock()
+        if not await self.connect(i, min(left, self.connect_timeout_s)):
+            left = deadline - self.clock()
+            why = "not reachable"
+            if self.unreachable is not None and left > 0:
+                why = await self.unreachable(i, left)
+            raise _TryNext(why)
+        left = deadline - self.clock()
+        if self.idempotent and others:
+            left /= 2
+        try:
+            return await self.send(i, max(left, 0.001))
+        except grpc.RpcError as exc:
+            code = exc.code() if callable(getattr(exc, "code", None)) else None
+            if not (self.idempotent and code in _RETRYABLE):
+                raise
+            raise _TryNext(_describe(exc, code)) from exc
 
 
 def _describe(exc: grpc.RpcError, code: grpc.StatusCode | None) -> str:

@@ -28,6 +28,7 @@ session lease takes the keys with it when it expires).
 
 from schedd.coord._membership import Membership, NodeInfo
 from schedd.coord._meta import FORMAT_VERSION, ClusterMeta, init_cluster, read_cluster
+from schedd.coord._mirror import PrefixMirror
 from schedd.coord._ownership import (
     OwnershipConfig,
     PartitionOwnership,
@@ -45,6 +46,7 @@ __all__ = [
     "NodeInfo",
     "OwnershipConfig",
     "PartitionOwnership",
+    "PrefixMirror",
     "Session",
     "init_cluster",
     "preference_order",

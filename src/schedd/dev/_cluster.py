@@ -18,13 +18,11 @@ from schedd._logfmt import bind_process, json_logs
 from schedd._stop_signal import stop_on_signals, until_stop_or_failure
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
-from schedd.obs._prometheus import PrometheusRecorder
+from schedd.obs import PrometheusRecorder
 from schedd.store import EtcdConfig, RocksConfig, StoreConfig, parse_store, store_address
 
 if TYPE_CHECKING:
-    from schedd.worker import Worker
-    from schedd.worker._http import HttpConfig
-    from schedd.worker._shell import ShellConfig
+    from schedd.worker import HttpConfig, ShellConfig, Worker
 
 log = logging.getLogger("schedd.dev")
 
@@ -142,8 +140,7 @@ async def _start_worker(
 ) -> Worker:
     """The dev worker, started: the demo handlers, and HTTP and shell jobs if enabled."""
     from schedd.dev.demo_handlers import register
-    from schedd.worker import Worker, WorkerConfig
-    from schedd.worker._http import HttpExecutor
+    from schedd.worker import HttpExecutor, Worker, WorkerConfig
 
     worker = Worker(
         WorkerConfig(endpoints=(address,), worker_id="dev-worker", data_dir=data_dir / "worker"),
@@ -153,7 +150,7 @@ async def _start_worker(
     if http is not None:
         worker.add_executor("http", HttpExecutor(http))
     if shell is not None:
-        from schedd.worker._shell import ShellExecutor
+        from schedd.worker import ShellExecutor
 
         worker.add_executor("shell", ShellExecutor(shell))
     await worker.start()

@@ -24,6 +24,7 @@ from schedd.dispatch._config import (
 )
 from schedd.dispatch._dispatcher import Dispatcher
 from schedd.dispatch._pending import Route, accepts, route_of, route_of_job
+from schedd.dispatch._probes import ProbeAnswer
 from schedd.dispatch._waiting import describe_route, unserved_warnings
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Dispatcher",
     "ExecutionAuthority",
     "InFlight",
+    "ProbeAnswer",
     "Route",
     "accepts",
     "describe_route",

@@ -25,8 +25,10 @@ from schedd.model._execution import (
 )
 from schedd.model._fields import (
     MAX_ATTEMPTS,
+    MAX_CHECKPOINT_BYTES,
     MAX_PAYLOAD_BYTES,
     MAX_TEXT_BYTES,
+    check_payload,
     check_text,
     validate_id,
 )
@@ -66,12 +68,14 @@ __all__ = [
     "DEFAULT_TIMEOUT_MS",
     "DEFAULT_TIMEZONE",
     "MAX_ATTEMPTS",
+    "MAX_CHECKPOINT_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_TENANT_LIMIT",
     "MAX_TEXT_BYTES",
     "MUTABLE_PATHS",
     "OUTPUT_FIELDS",
     "apply_update",
+    "check_payload",
     "check_text",
     "default_burst",
     "dispatch_queue",

@@ -7,7 +7,9 @@ each metric with its meaning; ``cluster/prometheus/`` has a scrape config and al
 
 Events cost one counter increment or one histogram observation on the path that reports
 them; what can be read (timers armed, executions pending, slots free, clock skew) is read
-only when Prometheus scrapes, through :meth:`PrometheusRecorder.gauge`.
+only when Prometheus scrapes, through :meth:`PrometheusRecorder.gauge`. The process's own
+views (the node's dashboard) read a histogram through :meth:`PrometheusRecorder.histogram`
+rather than parsing the exposition.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -42,7 +44,11 @@ from schedd import __version__
 from schedd._limits import HTTP_MAX_REQUEST_BYTES
 from schedd._tls import TlsFiles
 from schedd._web import bound_address, serve
+from schedd.obs._recorder import GaugeValue
 from schedd.v1 import worker_pb2
+
+if TYPE_CHECKING:
+    from schedd.obs._recorder import MetricsRecorder
 
 log = logging.getLogger(__name__)
 # The ``*_created`` series (a timestamp per counter and histogram) say nothing an operator
@@ -55,9 +61,6 @@ LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 #: Store and API request durations (seconds).
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
-
-#: A gauge read at scrape time: one value, or values by label tuple.
-GaugeValue = float | Mapping[tuple[str, ...], float]
 
 
 def missed_category(reason: str) -> str:
@@ -139,6 +142,14 @@ class _Family:
     def observe(self, v: float) -> None:
         self.only.observe(v)  # type: ignore[union-attr]
 
+    def buckets(self) -> list[tuple[float, int]]:
+        """A histogram's per-bucket counts (not cumulative) summed over its series."""
+        totals = [0] * (len(self.bounds) + 1)
+        for h in self.series.values():
+            for i, n in enumerate(h.counts):
+                totals[i] += n
+        return list(zip((*self.bounds, math.inf), totals, strict=True))
+
     def export(self) -> Metric:
         names = list(self.labelnames)
         if self.kind == "counter":
@@ -204,7 +215,6 @@ class PrometheusRecorder:
     def __init__(self, roles: Sequence[str] = ("node",), *, process: bool = True) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        node, worker = "node" in roles, "worker" in roles
         info = Gauge("schedd_build_info", "schedd version and role (value 1)",
                      ["version", "role"], registry=r)  # fmt: skip
         info.labels(__version__, "+".join(sorted(roles))).set(1)
@@ -212,25 +222,33 @@ class PrometheusRecorder:
         r.register(self._collector)
         if process:
             ProcessCollector(registry=r)
-        families = self._collector.families
-
-        def make(on: bool) -> Callable[..., Any]:
-            def build(kind: str, name: str, doc: str, labels: Sequence[str] = (),
-                      buckets: tuple[float, ...] = ()) -> Any:  # fmt: skip
-                if not on:
-                    return _NULL
-                family = _Family(kind, name, doc, labels, buckets)
-                families.append(family)
-                return family
-
-            return build
-
-        n, w = make(node), make(worker)
         self._owned_n = 0.0
-        if node:
+        if "node" in roles:
             self.gauge(
                 "schedd_partitions_owned", "Partitions this node owns", lambda: self._owned_n
             )
+        self._node_families(self._builder("node" in roles))
+        self._worker_families(self._builder("worker" in roles))
+        self._outcomes: dict[int, str] = {
+            int(code): name.removeprefix("OUTCOME_") for name, code in worker_pb2.Outcome.items()
+        }
+
+    def _builder(self, on: bool) -> Callable[..., Any]:
+        """Makes the families of one role: exported when the recorder has that role, else
+        stand-ins that record nothing (so the reporting methods need no role checks)."""
+        families = self._collector.families
+
+        def build(kind: str, name: str, doc: str, labels: Sequence[str] = (),
+                  buckets: tuple[float, ...] = ()) -> Any:  # fmt: skip
+            if not on:
+                return _NULL
+            family = _Family(kind, name, doc, labels, buckets)
+            families.append(family)
+            return family
+
+        return build
+
+    def _node_families(self, n: Callable[..., Any]) -> None:
         Counter, Histogram = "counter", "histogram"
         self._fires = n(Counter, "schedd_fires", "Executions the node handed to workers")
         self._fire_delay = n(
@@ -269,6 +287,9 @@ class PrometheusRecorder:
             Histogram, "schedd_grpc_request_seconds", "Client API call durations", ["method"],
             buckets=REQUEST_BUCKETS,
         )  # fmt: skip
+
+    def _worker_families(self, w: Callable[..., Any]) -> None:
+        Counter, Histogram = "counter", "histogram"
         self._lateness = w(
             Histogram, "schedd_start_lateness_seconds",
             "From the instant an execution was meant to start to its handler starting",
@@ -282,17 +303,24 @@ class PrometheusRecorder:
             Histogram, "schedd_handler_duration_seconds", "Attempt durations on this worker",
             buckets=DURATION_BUCKETS,
         )  # fmt: skip
-        self._outcomes: dict[int, str] = {
-            int(code): name.removeprefix("OUTCOME_") for name, code in worker_pb2.Outcome.items()
-        }
 
     # -- scrape-time gauges ----------------------------------------------------------------------
 
     def gauge(
         self, name: str, doc: str, read: Callable[[], GaugeValue], labels: Sequence[str] = ()
     ) -> None:
-        """A gauge read by calling ``read`` at each scrape (a number, or by label values)."""
+        """A gauge read by calling ``read`` at each scrape (a number, or by label values);
+        see :meth:`schedd.obs.MetricsRecorder.gauge`."""
         self._collector.gauges.append((name, doc, tuple(labels), read))
+
+    def histogram(self, name: str) -> list[tuple[float, int]]:
+        """The per-bucket counts of the histogram ``name`` since this recorder was made,
+        summed over its label sets; ``[]`` when it keeps no histogram of that name (see
+        :meth:`schedd.obs.MetricsRecorder.histogram`)."""
+        for family in self._collector.families:
+            if family.kind == "histogram" and family.name == name:
+                return family.buckets()
+        return []
 
     # -- MetricsRecorder -------------------------------------------------------------------------
 
@@ -336,7 +364,7 @@ class PrometheusRecorder:
         self._grpc_seconds.labels(method).observe(seconds)
 
     def worker_slots(self, free: int, in_flight: int) -> None:
-        pass  # read at scrape time instead (see schedd.worker.Worker.metrics)
+        pass  # read at scrape time instead (the worker's gauges)
 
     def execution_started(self, lateness_ms: float) -> None:
         self._lateness.observe(lateness_ms / 1000.0)
@@ -433,3 +461,21 @@ class MetricsServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+def metrics_server(
+    recorder: MetricsRecorder, listen: str, *, tls: TlsFiles | None = None
+) -> MetricsServer | None:
+    """The ``/metrics`` endpoint for ``recorder`` on ``listen`` (not started), or None when
+    there is nothing to serve: ``listen`` is empty, or the recorder is not this backend's
+    (another backend exports its own way, a :class:`~schedd.obs.NoopRecorder` has nothing).
+
+    This is how a node or worker asks for an endpoint without knowing the backend::
+
+        server = metrics_server(recorder, config.metrics_listen, tls=config.tls)
+        if server is not None:
+            await server.start()
+    """
+    if not listen or not isinstance(recorder, PrometheusRecorder):
+        return None
+    return MetricsServer(recorder, listen, tls=tls)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
+
+#: What a gauge's ``read`` callback returns at each read: one number for a gauge without
+#: labels, or the current samples by label values (a tuple, one value per label name, in the
+#: order of ``labels``) for one with labels. A label set missing from the mapping has no
+#: sample at that read (a queue that emptied disappears, it does not read 0).
+GaugeValue = float | Mapping[tuple[str, ...], float]
 
 
 class MetricsRecorder(Protocol):
@@ -64,6 +70,63 @@ class MetricsRecorder(Protocol):
         for one call, not two.
         """
 
+    # -- read side: state sampled when the backend exports, and what the dashboard shows --------
+
+    def gauge(
+        self,
+        name: str,
+        doc: str,
+        read: Callable[[], GaugeValue],
+        labels: Sequence[str] = (),
+    ) -> None:
+        """Registers a gauge whose value is read by calling ``read`` when the backend exports
+        (a Prometheus scrape), never on a hot path: what can be read (timers armed, slots
+        free, executions pending per queue) costs nothing between exports.
+
+        Args:
+            name: The metric's full name, ``schedd_``-prefixed, in base units
+                (``schedd_worker_slots_free``, ``schedd_claim_lead_seconds``).
+            doc: One line saying what it measures (the exposition's HELP).
+            read: Returns the current value: a number when ``labels`` is empty, else a mapping
+                from label values to numbers (see :data:`GaugeValue`). Called on the
+                reporter's event loop; it must be cheap. If it raises, that gauge is left out
+                of that one export (logged at debug), the others are not.
+            labels: The label names, bounded in cardinality (a queue, a tenant; never a job
+                or execution id).
+
+        Register each name once, at start (a node or worker registers its gauges when it
+        starts). Example, a worker's slots and its in-flight executions per queue::
+
+            recorder.gauge("schedd_worker_slots_free", "Slots free", lambda: pool.free)
+            recorder.gauge(
+                "schedd_worker_running",
+                "Executions running, per queue",
+                lambda: {(q,): float(n) for q, n in running_by_queue().items()},
+                labels=("queue",),
+            )
+        """
+
+    def histogram(self, name: str) -> list[tuple[float, int]]:
+        """What a histogram this recorder keeps has counted since it was made, per bucket.
+
+        Returns:
+            ``(upper_bound, count)`` pairs in increasing bound order, one per bucket, the
+            last bound ``math.inf``. The counts are per bucket, not cumulative (the
+            observations ``v`` with ``previous bound < v <= upper_bound``), summed over all
+            label sets. Bounds are in the histogram's unit (seconds for ``*_seconds``).
+            Every bucket is listed, with 0 where nothing fell. ``[]`` when this recorder keeps
+            no histogram of that name (another role's metric, an unknown name, or a backend
+            that keeps nothing, such as :class:`NoopRecorder`).
+
+        Example, after one fire handed out 3 ms late and one 40 ms late (bounds shortened)::
+
+            recorder.histogram("schedd_fire_delay_seconds")
+            # [(0.001, 0), (0.005, 1), (0.05, 1), (1.0, 0), (inf, 0)]
+
+        Meant for views of the recorder's own process (the node's dashboard), not a hot path:
+        it copies the buckets.
+        """
+
 
 class NoopRecorder:
     """Records nothing: the default recorder."""
@@ -111,3 +174,15 @@ class NoopRecorder:
 
     def execution_finished(self, outcome: int, seconds: float) -> None:
         pass
+
+    def gauge(
+        self,
+        name: str,
+        doc: str,
+        read: Callable[[], GaugeValue],
+        labels: Sequence[str] = (),
+    ) -> None:
+        pass  # never read: nothing exports
+
+    def histogram(self, name: str) -> list[tuple[float, int]]:
+        return []

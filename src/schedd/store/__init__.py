@@ -24,7 +24,7 @@ from schedd.model import (
     parse_execution_id,
 )
 from schedd.store._address import RocksConfig, StoreConfig, open_store, parse_store, store_address
-from schedd.store._envelope import EncryptionKey, Keyring
+from schedd.store._envelope import EncryptionKey, Keyring, read_keyring_file
 from schedd.store._jobs import JobStore
 from schedd.store._keys import (
     DEFAULT_PREFIX,
@@ -136,6 +136,7 @@ __all__ = [
     "partition_of",
     "prefix_end",
     "prepare_keyring",
+    "read_keyring_file",
     "read_keys_in_use",
     "rekey",
     "store_address",

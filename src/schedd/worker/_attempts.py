@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from schedd._clock import Clock
@@ -26,17 +25,13 @@ from schedd.worker._execution import Execution, begin
 from schedd.worker._executor import Executor, Outcome, Runtime, fit_result, target_kind
 from schedd.worker._hold import Held, HoldQueue
 from schedd.worker._ledger import Ledger
+from schedd.worker._refusals import RefusalLog
 from schedd.worker._timers import DeadlineQueue, HeartbeatTicker
 
 log = logging.getLogger("schedd.worker._worker")
 SHUTDOWN_REASON = "worker shutting down"
 #: A NodeBatch holding at least this many executions for later freezes what is alive.
 _FREEZE_AFTER = 256
-
-
-#: Executions whose refused result is not worth a warning (said once already, or cancelled
-#: by the node), remembered at most.
-_REFUSALS_REMEMBERED = 10_000
 
 #: Why a held execution was given back unstarted (see ``Attempts._unvouched``).
 UNVOUCHED_REASON = "its node no longer vouched for its partitions at the start instant"
@@ -90,7 +85,8 @@ class Attempts:
         loop = runtime.loop
         #: Attempts started (or waiting for an older attempt) and not reported, by id.
         self.running: dict[str, Execution] = {}
-        self._quiet_refusals: OrderedDict[str, None] = OrderedDict()
+        #: Results the nodes refused, told once (see ``schedd.worker._refusals``).
+        self.refusals = RefusalLog()
         #: Executions started and not yet reported (held ones start only while < capacity).
         self._active = 0
         self._deadlines = DeadlineQueue(loop)
@@ -108,10 +104,10 @@ class Attempts:
         matched nothing before (a batch may carry a dispatch and its cancel together)."""
         unmatched = [c for c in batch.cancels if not self._cancel(c)]
         for c in batch.cancels:  # their CANCELLED results may come back refused: expected
-            self._quiet(c.execution_id)
+            self.refusals.quiet(c.execution_id)
         for ack in batch.acks:
             if not ack.accepted:
-                self._refused(ack)
+                self.refusals.refused(ack)
         dispatches = batch.dispatches
         if dispatches:
             held = 0
@@ -134,35 +130,6 @@ class Attempts:
         if dispatches and unmatched:
             for c in unmatched:
                 self._cancel(c)
-
-    def _refused(self, ack: worker_pb2.ResultAck) -> None:
-        """A node refused a result: the worker does not send it again (the ledger keeps it;
-        the node hands the execution out again if it still should run, and the ledger
-        answers). Said once per execution at warning level, later refusals at debug level (an
-        execution refused again and again must not flood the log), and only at debug level
-        for an execution the node cancelled (a pause or update removed it: its CANCELLED
-        result is refused as stale, as expected)."""
-        first = ack.execution_id not in self._quiet_refusals
-        self._quiet(ack.execution_id)
-        log.log(
-            logging.WARNING if first else logging.DEBUG,
-            "node refused result of %s (token %d, code %d): %s; not sending it again%s",
-            ack.execution_id,
-            ack.fencing_token,
-            ack.code,
-            ack.message,
-            "; further refusals of it are logged at debug level" if first else "",
-            extra={"execution": ack.execution_id, "token": ack.fencing_token},
-        )
-
-    def _quiet(self, execution_id: str) -> None:
-        """A refusal of this execution's result is said at debug level from now on (one was
-        said already, or the node itself cancelled it)."""
-        quiet = self._quiet_refusals
-        if execution_id not in quiet:
-            quiet[execution_id] = None
-            if len(quiet) > _REFUSALS_REMEMBERED:
-                quiet.popitem(last=False)
 
     def _cancel(self, c: worker_pb2.Cancel) -> bool:
         """Cancel what runs or is held under ``c``'s token; False if nothing matched."""

@@ -65,10 +65,9 @@ def run_worker_from_cli(
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
     """
-    endpoints = parse_connect(connect)
     try:
         config = WorkerConfig(
-            endpoints=tuple(endpoints),
+            endpoints=tuple(parse_connect(connect)),
             queues=tuple(queues or ["default"]),
             worker_id=worker_id,
             capacity=capacity,
@@ -82,22 +81,44 @@ def run_worker_from_cli(
         worker = Worker(config)
         # Every line this process logs names the worker (its id is known once it started).
         bind_process(worker=lambda: worker.worker_id)
-        for name in imports:
-            module = importlib.import_module(name)
-            register = getattr(module, "register", None)
-            if not callable(register):
-                raise ValueError(f"module {name!r} has no register(worker) function")
-            register(worker)
-        if http is not None:
-            worker.add_executor("http", HttpExecutor(http))
-        if shell is not None:
-            from schedd.worker._shell import ShellExecutor
-
-            worker.add_executor("shell", ShellExecutor(shell))
+        _register_modules(worker, imports)
+        _add_kinds(worker, http, shell)
     except (ImportError, ValueError) as e:
         log.error("cannot start worker: %s", e)
         return 2
-    kinds = [k for k, c in (("http", http), ("shell", shell)) if c is not None]
+    return _run(worker)
+
+
+def _register_modules(worker: Worker, imports: list[str]) -> None:
+    """Imports each module and calls its ``register(worker)``.
+
+    Raises:
+        ImportError: A module that cannot be imported.
+        ValueError: A module without a ``register`` function.
+    """
+    for name in imports:
+        module = importlib.import_module(name)
+        register = getattr(module, "register", None)
+        if not callable(register):
+            raise ValueError(f"module {name!r} has no register(worker) function")
+        register(worker)
+
+
+def _add_kinds(worker: Worker, http: HttpConfig | None, shell: ShellConfig | None) -> None:
+    """Adds the executors of the job kinds that are on (http, shell)."""
+    if http is not None:
+        worker.add_executor("http", HttpExecutor(http))
+    if shell is not None:
+        from schedd.worker._shell import ShellExecutor
+
+        worker.add_executor("shell", ShellExecutor(shell))
+
+
+def _run(worker: Worker) -> int:
+    """Says what the worker will run (warns when that is nothing), then runs it until
+    SIGINT/SIGTERM: 0 after a clean stop, 1 when it cannot run."""
+    hello = worker.hello()
+    kinds = [k for k, on in (("http", hello.accepts_http), ("shell", hello.accepts_shell)) if on]
     if not worker.handler_names and not kinds:
         log.warning("no handlers registered and HTTP jobs off: this worker will run nothing")
     log.info(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedd._tls import TlsFiles
+from schedd._tls import TlsConfigError, TlsFiles
 from schedd.worker._ledger import DEFAULT_TTL_S
 
 
@@ -111,3 +111,20 @@ class WorkerConfig:
                 "reconnect_min_s and reconnect_max_s: need 0 < min <= max, got "
                 f"{self.reconnect_min_s} and {self.reconnect_max_s}"
             )
+
+
+def check_tls_files(config: WorkerConfig) -> None:
+    """Reads the TLS files of ``config`` now, so a bad one fails when the worker is made, not
+    at each connect.
+
+    Raises:
+        ValueError: A file that cannot be used, named by its field
+            (``tls.cert_file: cannot read ...``).
+    """
+    if config.tls is None:
+        return
+    try:
+        _ = config.tls.material
+    except TlsConfigError as exc:
+        names = {f: f"tls.{f}" for f in ("cert_file", "key_file", "ca_file")}
+        raise ValueError(exc.message(names)) from exc

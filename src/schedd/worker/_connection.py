@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections import deque
 from typing import Any, Protocol
 
 import grpc
@@ -20,6 +19,7 @@ from schedd._handshake import diagnose
 from schedd._limits import message_size_options
 from schedd._tls import TlsFiles
 from schedd.v1 import worker_pb2, worker_pb2_grpc
+from schedd.worker._outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 )
-_FLUSH_S = 0.002
-_MAX_BATCH = 512
-#: An outgoing WorkerBatch is sealed (and the next one started) at this many items, or once
-#: its results carry this many bytes of output and errors: a node's default receive limit is
-#: 4 MiB, and a burst's results pile up while a write is in flight.
-MAX_ITEMS = 4096
-MAX_RESULT_BYTES = 3 << 20
 #: Failures a stream is expected to meet (the node went away, the network broke, the node
 #: broke the protocol): logged as one line. Anything else is a bug and logged with its
 #: traceback; either way the connection reconnects.
@@ -146,15 +139,8 @@ class NodeConnection:
         self._backoff = backoff
         self._close_timeout_s = close_timeout_s
         self._task: asyncio.Task[None] | None = None
-        self._message, self._batch = _new_message()
-        self._items = 0
-        self._bytes = 0
-        self._sealed: deque[worker_pb2.WorkerMessage] = deque()
-        # Started notices not yet written: execution id -> (token, started ms). One whose
-        # Result leaves in the same batch is dropped (the Result says all it would).
-        self._started: dict[str, tuple[int, int]] = {}
-        self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        #: What the current stream has to say, batched (see ``schedd.worker._outbox``).
+        self.outbox = Outbox()
         self._closing = asyncio.Event()
         self._retry = asyncio.Event()
 
@@ -162,12 +148,12 @@ class NodeConnection:
 
     def grant(self, n: int) -> None:
         self.unused += n
-        self._batch.credits += n
+        self.outbox.batch.credits += n
         self._added()
 
     def grant_hold(self, n: int) -> None:
         self.hold_unused += n
-        self._batch.prefetch_credits += n
+        self.outbox.batch.prefetch_credits += n
         self._added()
 
     def revoke(self, n: int, *, hold: bool) -> None:
@@ -176,27 +162,26 @@ class NodeConnection:
             return
         if hold:
             self.revoking_hold = True
-            self._batch.revoke.prefetch_credits += n
+            self.outbox.batch.revoke.prefetch_credits += n
         else:
             self.revoking = True
-            self._batch.revoke.credits += n
+            self.outbox.batch.revoke.credits += n
         self._added()
 
     def add_started(self, execution_id: str, token: int, started_ms: int) -> None:
         if not self.live:
             return
-        self._started[execution_id] = (token, started_ms)
-        self._added()
+        self.outbox.add_started(execution_id, token, started_ms)
 
     def add_not_here(self, execution_id: str) -> None:
         """The answer to a probe for an execution neither running nor in the ledger here."""
         if not self.live:
             return
-        self._batch.not_here.append(execution_id)
+        self.outbox.batch.not_here.append(execution_id)
         self._added()
 
     def add_heartbeat(self, execution_id: str, token: int, checkpoint: bytes | None) -> None:
-        hb = self._batch.heartbeats.add(execution_id=execution_id, fencing_token=token)
+        hb = self.outbox.batch.heartbeats.add(execution_id=execution_id, fencing_token=token)
         if checkpoint is not None:
             hb.checkpoint = checkpoint
             hb.has_checkpoint = True
@@ -207,7 +192,7 @@ class NodeConnection:
         (built in place, never copied), else a loose one (it stays in the ledger only)."""
         if not self.live:
             return worker_pb2.Result()
-        result = self._batch.results.add()
+        result = self.outbox.batch.results.add()
         self._added()  # may seal the batch it is in: it is still filled in place
         return result
 
@@ -219,59 +204,17 @@ class NodeConnection:
                 result.execution_id,
             )
             return
-        self._batch.results.append(result)
+        self.outbox.batch.results.append(result)
         self._added()
 
     def result_bytes(self, n: int) -> None:
         """The result just queued carries ``n`` bytes of output and error."""
-        self._bytes += n
-        if self._bytes >= MAX_RESULT_BYTES and self.live:
-            self._seal()
+        if self.live:
+            self.outbox.result_bytes(n)
 
     def _added(self) -> None:
-        if not self.live:
-            return
-        self._items += 1
-        if self._items >= _MAX_BATCH:
-            if self._items >= MAX_ITEMS:
-                self._seal()
-            self._wake.set()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._wake.set)
-
-    def _seal(self) -> None:
-        """Close the current batch as a message of its own; the writer sends it next."""
-        msg = self._detach()
-        if msg is not None:
-            self._sealed.append(msg)
-        self._wake.set()
-
-    def _take(self) -> worker_pb2.WorkerMessage | None:
-        if self._sealed:
-            return self._sealed.popleft()
-        return self._detach()
-
-    def _detach(self) -> worker_pb2.WorkerMessage | None:
-        """The current batch as a message (its Started notices added), replaced by a new one."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._items and not self._batch.credits and not self._batch.prefetch_credits:
-            return None
-        started = self._started
-        if started:
-            batch = self._batch
-            if batch.results:
-                for r in batch.results:
-                    started.pop(r.execution_id, None)
-            add = batch.started.add
-            for eid, (token, ms) in started.items():
-                add(execution_id=eid, fencing_token=token, started_ms=ms)
-            started.clear()
-        msg = self._message
-        self._message, self._batch = _new_message()
-        self._items = self._bytes = 0
-        return msg
+        if self.live:
+            self.outbox.added()
 
     # ---- the stream ----------------------------------------------------------------------------
 
@@ -298,7 +241,7 @@ class NodeConnection:
         then, or at once without ``graceful``, the task is cancelled. Returns once it ended.
         """
         self._closing.set()
-        self._wake.set()
+        self.outbox.wake.set()
         task = self._task
         if task is None:
             return
@@ -313,7 +256,7 @@ class NodeConnection:
         """Begin a graceful close: end the stream after writing what is buffered (the node
         then ends its side, and :meth:`run` returns)."""
         self._closing.set()
-        self._wake.set()
+        self.outbox.wake.set()
 
     async def run(self) -> None:
         """Connect, serve, and reconnect until :meth:`close` (or cancellation).
@@ -414,21 +357,9 @@ class NodeConnection:
             finally:
                 self.live = False
                 self._owner.stream_ended(self)
-                self._reset_buffer()
+                self.outbox.reset()
                 call.cancel()
             return True
-
-    def _reset_buffer(self) -> None:
-        """Forget what was buffered for the stream that ended. The flush timer goes too: one
-        that fired while the writer failed would otherwise stay set, and ``_added`` arms a
-        timer only when there is none, so the next stream's small batches would never go."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._message, self._batch = _new_message()
-        self._items = self._bytes = 0
-        self._sealed.clear()
-        self._started.clear()
 
     async def _serve(self, call: Any) -> None:
         """Read and write until the node ends the stream; a writer that fails ends it too
@@ -474,20 +405,20 @@ class NodeConnection:
         last = loop.time()
         while True:
             idle = self._keepalive_s() - (loop.time() - last)
-            if idle > 0 and not self._wake.is_set():
+            if idle > 0 and not self.outbox.wake.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), idle)
-            if not self._wake.is_set():
+                    await asyncio.wait_for(self.outbox.wake.wait(), idle)
+            if not self.outbox.wake.is_set():
                 # Nothing to say for a heartbeat interval: say so, or the node takes this
                 # stream for a frozen worker's and hands what it holds to another.
                 await call.write(worker_pb2.WorkerMessage(batch=worker_pb2.WorkerBatch()))
                 last = loop.time()
                 continue
             await self._owner.starting()  # a burst of held starts goes first
-            self._wake.clear()
+            self.outbox.wake.clear()
             while True:  # sealed batches first, then the current one
                 self._owner.flush_ledger()
-                msg = self._take()
+                msg = self.outbox.take()
                 if msg is None:
                     break
                 await call.write(msg)
@@ -512,14 +443,6 @@ def reconnect_delay(
 
 
 _RNG = random.Random()
-
-
-def _new_message() -> tuple[worker_pb2.WorkerMessage, worker_pb2.WorkerBatch]:
-    """A WorkerMessage and its batch, filled in place (wrapping it later would copy it)."""
-    msg = worker_pb2.WorkerMessage()
-    batch = msg.batch
-    batch.SetInParent()
-    return msg, batch
 
 
 def _connect_failed(e: BaseException) -> bool:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from schedd._errors import SchedError
-from schedd.model._fields import MAX_CHECKPOINT_BYTES
+from schedd.model import MAX_CHECKPOINT_BYTES
 from schedd.v1 import worker_pb2
 
 if TYPE_CHECKING:

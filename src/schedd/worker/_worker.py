@@ -14,23 +14,28 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 import schedd
 from schedd._clock import Clock, SystemClock
 from schedd._metadata import AUTHORIZATION
-from schedd._tls import TlsConfigError
-from schedd.obs import MetricsRecorder, NoopRecorder
-from schedd.obs._prometheus import MetricsServer, PrometheusRecorder
+from schedd.obs import (
+    MetricsRecorder,
+    MetricsServer,
+    NoopRecorder,
+    PrometheusRecorder,
+    metrics_server,
+)
 from schedd.v1 import worker_pb2
 from schedd.worker._attempts import Attempts
-from schedd.worker._config import WorkerConfig
-from schedd.worker._connection import CHANNEL_OPTIONS, NodeConnection
+from schedd.worker._config import WorkerConfig, check_tls_files
+from schedd.worker._connection import NodeConnection
 from schedd.worker._credits import CreditPool
-from schedd.worker._discovery import Discovery, NodeDirectory, StatusQuery
 from schedd.worker._executor import EXECUTOR_KINDS, Executor, Runtime
 from schedd.worker._handler import Handler, HandlerExecutor
 from schedd.worker._ledger import Ledger
+from schedd.worker._streams import Streams
 from schedd.worker._threads import ThreadBridge
 
 log = logging.getLogger(__name__)
@@ -75,6 +80,11 @@ class Worker:
             return {"sent": payload["to"]}
 
         worker.run_sync()
+
+    Lifecycle: :meth:`run_sync` (its own event loop, until SIGINT or SIGTERM), :meth:`run`
+    (until :meth:`stop`), or :meth:`start` and :meth:`stop` (``graceful``, ``timeout``) by
+    hand, or ``async with Worker(...) as worker:`` (started on entry, stopped on exit). A
+    worker runs once: a stopped worker is not started again (make a new one).
     """
 
     def __init__(
@@ -104,12 +114,7 @@ class Worker:
         else:
             config = WorkerConfig(tuple([config] if isinstance(config, str) else config), **options)
         self.config = config
-        if config.tls is not None:
-            try:
-                _ = config.tls.material  # read now: a bad file fails here, not at each connect
-            except TlsConfigError as exc:
-                names = {f: f"tls.{f}" for f in ("cert_file", "key_file", "ca_file")}
-                raise ValueError(exc.message(names)) from exc
+        check_tls_files(config)
         self.capacity = config.capacity
         self.prefetch = config.prefetch
         #: Resolved at start when the config leaves them out (a kept id, a temporary dir).
@@ -118,20 +123,15 @@ class Worker:
         self._clock: Clock = clock or SystemClock()
         if recorder is None and config.metrics_listen:
             recorder = PrometheusRecorder(("worker",))
+        #: Where metrics go; the worker's gauges are registered on it at start.
         self._recorder: MetricsRecorder = recorder or NoopRecorder()
-        #: The Prometheus recorder, when metrics are on (its gauges are registered at start).
-        self.metrics = recorder if isinstance(recorder, PrometheusRecorder) else None
+        #: Serves ``config.metrics_listen`` when the recorder is one that can be scraped.
         self._metrics_server: MetricsServer | None = None
         #: Executors by handler name, and by target kind (http, shell).
         self._handlers: dict[str, Executor] = {}
         self._kinds: dict[str, Executor] = {}
-        #: The streams by endpoint: the given ones, and those discovery added.
-        self._conns: dict[str, NodeConnection] = {}
-        #: Streams being closed because their node left (stopped too if the worker stops).
-        self._leaving: set[NodeConnection] = set()
-        self._discovery: Discovery | None = None
-        self._discovery_task: asyncio.Task[None] | None = None
-        self._status_query: StatusQuery | None = None
+        #: The streams to the nodes: the given endpoints' and discovery's.
+        self._streams = Streams(self, config, lambda: self._stopping)
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self._sync_loop: asyncio.AbstractEventLoop | None = None  # run_sync's, while it runs
@@ -212,26 +212,30 @@ class Worker:
         """Make every recorded result durable (the streams call it before each write)."""
         self.ledger.flush()
 
-    def _register_gauges(self, rec: PrometheusRecorder) -> None:
+    def _register_gauges(self) -> None:
         attempts = self._attempts
         assert attempts is not None
-        rec.gauge(
+        # A recorder written before MetricsRecorder.gauge existed has none: it gets no gauges.
+        gauge = getattr(self._recorder, "gauge", None)
+        if gauge is None:
+            return
+        gauge(
             "schedd_worker_slots_free",
             "Executions this worker may still start (capacity minus running)",
             lambda: self.capacity - attempts.active,
         )
-        rec.gauge(
+        gauge(
             "schedd_worker_in_flight", "Executions running on this worker", lambda: attempts.active
         )
-        rec.gauge(
+        gauge(
             "schedd_worker_held",
             "Executions held on this worker for a later instant",
             lambda: self.held_count,
         )
-        rec.gauge(
+        gauge(
             "schedd_worker_streams",
             "Streams to nodes that are connected",
-            lambda: sum(1 for c in self._all_conns() if c.live),
+            lambda: sum(1 for c in self._streams.all() if c.live),
         )
 
     @property
@@ -267,31 +271,11 @@ class Worker:
         )
         self._stopped = asyncio.Event()
         cfg = self.config
-        if self.metrics is not None:
-            self._register_gauges(self.metrics)
-            if cfg.metrics_listen:
-                self._metrics_server = MetricsServer(self.metrics, cfg.metrics_listen, tls=cfg.tls)
-                await self._metrics_server.start()
-        for ep in cfg.endpoints:
-            self._connect(ep)
-        if cfg.discover:
-            self._status_query = StatusQuery(
-                CHANNEL_OPTIONS, tls=cfg.tls, metadata=self.call_metadata()
-            )
-            self._discovery = Discovery(
-                cfg.endpoints,
-                NodeDirectory(cfg.forget_node_after_s),
-                interval_s=cfg.discovery_interval_s,
-                query=self._status_query,
-                connections=self._connections,
-                connect=self._connect,
-                forget=self._forget,
-                clock=self._clock.monotonic,
-                revive=self._revive,
-            )
-            self._discovery_task = asyncio.create_task(
-                self._discovery.run(), name="schedd-worker-discovery"
-            )
+        self._register_gauges()
+        self._metrics_server = metrics_server(self._recorder, cfg.metrics_listen, tls=cfg.tls)
+        if self._metrics_server is not None:
+            await self._metrics_server.start()
+        self._streams.start(self.call_metadata(), self._clock.monotonic)
 
     async def run(self) -> None:
         """:meth:`start`, then serve until :meth:`stop` has finished. Cancelled, it cancels
@@ -303,8 +287,7 @@ class Worker:
         finally:
             if not self._stopping:  # cancelled, not stopped
                 self._stopping = True
-                await self._stop_discovery()
-                await asyncio.gather(*(c.stop(graceful=False) for c in self._all_conns()))
+                await self._streams.stop(graceful=False)
                 self._shut_down()
 
     async def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
@@ -329,14 +312,32 @@ class Worker:
             (self.config.shutdown_timeout_s if timeout is None else timeout) if graceful else None
         )
         try:
-            await self._stop_discovery()
+            await self._streams.stop_discovery()
             await self._attempts.drain(grace, self.config.cancel_timeout_s)
-            await asyncio.gather(*(c.stop(graceful=True) for c in self._all_conns()))
+            await self._streams.stop(graceful=True)
             await self._close_executors()
             if self._metrics_server is not None:
                 await self._metrics_server.stop()
         finally:
             self._shut_down()
+
+    async def __aenter__(self) -> Worker:
+        r"""``async with Worker(...) as worker:`` :meth:`start`\ s it; the block runs while the
+        streams connect and serve in the background."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stops the worker when the block ends: gracefully (running attempts get up to
+        ``config.shutdown_timeout_s``) when it ends normally; at once (running attempts
+        cancelled, reported OUTCOME_CANCELLED; the nodes hand them out again) when it ends by
+        an exception, cancellation included. The exception propagates."""
+        await self.stop(graceful=exc_type is None)
 
     async def _close_executors(self) -> None:
         """Executors that hold resources (the HTTP executor's connection pool) may define
@@ -382,71 +383,19 @@ class Worker:
     @property
     def endpoints(self) -> list[str]:
         """The endpoints this worker keeps a stream to (given and discovered), sorted."""
-        return sorted(self._conns)
+        return self._streams.endpoints
 
     @property
     def live_endpoints(self) -> list[str]:
         """The endpoints whose stream is open and welcomed now, sorted."""
-        return sorted(ep for ep, c in self._conns.items() if c.live)
+        return self._streams.live_endpoints
 
-    def _connections(self) -> dict[str, str | None]:
-        """Endpoint -> the node id that welcomed its open stream (None while it has none).
+    @property
+    def _conns(self) -> dict[str, NodeConnection]:
+        """The streams by endpoint (see :class:`~schedd.worker._streams.Streams`)."""
+        return self._streams.conns
 
-        A stream that is down counts for no node: a node restarted on another address is
-        then connected at its new one, instead of counting as covered by the old endpoint
-        (which it welcomed once) until that is forgotten.
-        """
-        return {
-            ep: (c.welcome.node_id or None) if c.live and c.welcome is not None else None
-            for ep, c in self._conns.items()
-        }
-
-    def _connect(self, endpoint: str) -> None:
-        """Start keeping a stream to ``endpoint`` (nothing if there is one, or stopping)."""
-        if endpoint in self._conns or self._stopping:
-            return
-        cfg = self.config
-        conn = NodeConnection(
-            self,
-            endpoint,
-            backoff=(cfg.reconnect_min_s, cfg.reconnect_max_s),
-            close_timeout_s=cfg.stream_close_timeout_s,
-            tls=cfg.tls,
-        )
-        self._conns[endpoint] = conn
-        conn.start()
-
-    def _revive(self, endpoint: str) -> None:
-        conn = self._conns.get(endpoint)
-        if conn is not None and not self._stopping:
-            conn.retry_now()
-
-    async def _forget(self, endpoint: str) -> bool:
-        """Close the stream to a node that left, unless executions it dispatched still run
-        (their results go back on it): then keep it, and return False."""
-        conn = self._conns.get(endpoint)
-        if conn is None:
-            return True
-        if conn.running > 0 or self._stopping:
-            return False
-        del self._conns[endpoint]
-        self._leaving.add(conn)
-        # Cancelled here (the worker stops), it stays in _leaving for stop() to finish.
-        await conn.stop(graceful=True)  # its credits come back through stream_ended
-        self._leaving.discard(conn)
-        return True
-
-    def _all_conns(self) -> list[NodeConnection]:
-        return [*self._conns.values(), *self._leaving]
-
-    async def _stop_discovery(self) -> None:
-        task, self._discovery_task = self._discovery_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        if self._status_query is not None:
-            await self._status_query.close()
-            self._status_query = None
+    # ---- local state: the data directory, the ledger, the thread pool -------------------------
 
     def _open(self) -> None:
         if self.data_dir is None:
