@@ -68,8 +68,7 @@ def _csrf(page: str) -> str:
 
 async def test_dashboard_needs_a_token_and_shows_only_its_tenant(h: Harness) -> None:
     node = h.nodes[0]
-    assert node.dashboard is not None
-    base = node.dashboard.url
+    base = h.dashboard(node).url
     admin = AsyncClient(h.address(), token=await _admin_secret(h))
     try:
         job_a = (

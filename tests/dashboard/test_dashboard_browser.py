@@ -82,7 +82,8 @@ def async_playwright() -> Any:
 
 async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: Harness) -> None:
     node: Node = h.nodes[0]
-    assert node.dashboard is not None and node.dashboard.actions
+    dashboard = h.dashboard(node)
+    assert dashboard.actions
     client = await h.connect()
     evil = (await client.create_job(EVIL, schedule="@every 1h", handler="echo")).job
     ticker = (await client.create_job("ticker", schedule="@every 1s", handler="echo")).job
@@ -100,9 +101,9 @@ async def test_dashboard_pages_live_runs_and_actions(async_playwright: Any, h: H
         what="a dead letter",
     )
     await eventually(lambda: h.runs(ticker.id), lambda r: len(r) >= 1, what="ticker runs")
-    read_only = DashboardServer(node, "127.0.0.1:0", actions=False)
+    read_only = DashboardServer(node.surface(), "127.0.0.1:0", actions=False)
     await read_only.start()
-    base, ro = node.dashboard.url, read_only.url
+    base, ro = dashboard.url, read_only.url
     alerts: list[str] = []
     try:
         async with async_playwright() as pw:

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 import pytest
 
 from schedd.client import AsyncClient
+from schedd.dashboard import DashboardServer, Surfaces
 from schedd.dev import EtcdProcess
 from schedd.node import Node, NodeConfig
+from schedd.obs import PrometheusRecorder
 from schedd.store import parse_store
 from schedd.v1 import execution_pb2
 from schedd.worker import Worker
@@ -72,12 +74,18 @@ class Harness:
     workers: list[tuple[Worker, asyncio.Task[None]]] = field(default_factory=list)
     calls: dict[str, list[Any]] = field(default_factory=dict)
     client: AsyncClient | None = None
+    #: The metrics endpoint and dashboard of each node started with them (by node id).
+    surfaces: dict[int, Surfaces] = field(default_factory=dict)
 
     async def start_node(self, **overrides: Any) -> Node:
         n = len(self.nodes)
         cfg = node_config(self.endpoint, self.prefix, self.root / f"node{n}", **overrides)
-        node = Node(cfg)
+        recorder = PrometheusRecorder(("node",)) if cfg.metrics_listen else None
+        node = Node(cfg, recorder=recorder)
         await node.start()
+        if cfg.metrics_listen or cfg.http_listen:
+            # As ``schedd node`` does: served around the node, not by it.
+            self.surfaces[id(node)] = await Surfaces.start(node.surface(), cfg)
         self.nodes.append(node)
         await eventually(
             lambda: asyncio.sleep(0, result=len(node.partitions)),
@@ -92,6 +100,12 @@ class Harness:
             lambda k: k == node.config.partitions,
             what="the node to own every partition",
         )
+
+    def dashboard(self, node: Node) -> DashboardServer:
+        """The dashboard of a node started with ``http_listen``."""
+        server = self.surfaces[id(node)].dashboard
+        assert server is not None
+        return server
 
     def address(self) -> str:
         return ",".join(n.address for n in self.nodes)
@@ -147,6 +161,9 @@ class Harness:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for node in self.nodes:
+            surfaces = self.surfaces.pop(id(node), None)
+            if surfaces is not None:
+                await surfaces.stop()
             with contextlib.suppress(Exception):
                 await node.stop(timeout=2.0)
 

@@ -218,7 +218,7 @@ async def test_quotas_refuse_with_resource_exhausted(t: Tenants) -> None:
     await t.admin.set_tenant_limits("acme", max_jobs=3, api_rate=5, api_burst=20)
     node = t.h.nodes[0]
     await eventually(
-        lambda: asyncio.sleep(0, result=node.all_limits.get("acme")),
+        lambda: asyncio.sleep(0, result=node.access.limits.get("acme")),
         lambda lim: lim is not None,
         what="the node to see the quota",
     )

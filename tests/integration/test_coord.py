@@ -112,7 +112,6 @@ class Node:
             on_acquired=self._acquired,
             on_lost=self._lost,
         )
-        self.task: asyncio.Task[None] | None = None
         self.lost_reasons: list[str] = []
         self.fences: dict[int, Fence] = {}
 
@@ -127,7 +126,7 @@ class Node:
     async def start(self) -> Node:
         await self.session.start()
         await self.membership.start()
-        self.task = asyncio.create_task(self.ownership.run())
+        self.ownership.start()
         return self
 
     def owned(self) -> set[int]:
@@ -135,13 +134,10 @@ class Node:
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
-            await self.ownership.release_all()
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        await self.membership.close()
-        await self.session.close()
+            await self.ownership.stop(graceful=True, timeout=5.0)
+        await self.ownership.stop(graceful=False)
+        await self.membership.stop()
+        await self.session.stop()
 
 
 @pytest.fixture
@@ -160,7 +156,7 @@ async def test_session_outlives_its_ttl_and_close_revokes(etcd: EtcdKV, keys: Ke
     await asyncio.sleep(5)  # 2.5 TTLs: only keep-alives keep the lease
     assert not session.done.is_set()
     assert await etcd.get(key) is not None
-    await session.close()
+    await session.stop()
     assert session.done.is_set()
     assert await etcd.get(key) is None
 
@@ -170,7 +166,7 @@ async def test_session_done_when_lease_revoked_behind_its_back(etcd: EtcdKV) -> 
     await session.start()
     await etcd.revoke(session.lease_id)
     await eventually(session.done.is_set, timeout_s=5, what="session.done after revoke")
-    await session.close()  # still safe
+    await session.stop()  # still safe
 
 
 # -- cluster meta ---------------------------------------------------------------------------
@@ -244,7 +240,7 @@ async def test_ownership_split_takeover_fencing_release(etcd: EtcdKV, keys: Keys
         await etcd.revoke(b.session.lease_id)  # b dies
         await eventually(lambda: a.owned() == set(range(P)), what="a takes b's orphans")
         zombie = b
-        await eventually(lambda: zombie.task is not None and zombie.task.done(), what="b stops")
+        await asyncio.wait_for(zombie.ownership.wait(), 15)  # b's ownership stops
         assert b.owned() == set()
         # b learns it lost each partition either from the owners watch or from its session.
         assert len(b.lost_reasons) - before == len(old)
@@ -260,7 +256,7 @@ async def test_ownership_split_takeover_fencing_release(etcd: EtcdKV, keys: Keys
         resp = await etcd.txn([new[p].compare(etcd.ops)], [etcd.ops.put(guarded, b"owner")])
         assert resp.succeeded
 
-        await a.ownership.release_all()
+        await a.ownership.stop(graceful=True)
         assert a.owned() == set()
         status = await a.ownership.partitions_status()
         assert all(owner == "" and epoch == 0 for _, owner, epoch in status)

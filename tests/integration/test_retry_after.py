@@ -13,7 +13,7 @@ import pytest
 
 from integration.cluster_harness import Harness, eventually
 from schedd.client import build_job
-from schedd.node._settling import FAILED_OUTPUT_KEPT
+from schedd.node._settle_policy import FAILED_OUTPUT_KEPT
 from schedd.v1 import execution_pb2, worker_pb2
 from schedd.worker import Context
 from schedd.worker._executor import Outcome, Runtime

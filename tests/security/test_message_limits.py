@@ -18,12 +18,16 @@ from integration.cluster_harness import SUCCEEDED, Harness, eventually, node_con
 from schedd import ResourceExhausted
 from schedd._limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_REQUEST_BYTES
 from schedd.client import AsyncClient, build_job
+from schedd.dashboard import Surfaces
 from schedd.dev import EtcdProcess
 from schedd.node import Node
 from schedd.v1 import job_pb2, scheduler_pb2, scheduler_pb2_grpc
 from schedd.worker._executor import MAX_RESULT_OUTPUT_BYTES
 
 LIMIT = 4 << 20
+
+#: The dashboard (and metrics endpoint) served around each node of the fixture below.
+_SURFACES: dict[int, Surfaces] = {}
 
 
 @pytest.fixture
@@ -38,9 +42,12 @@ async def node(etcd_server: EtcdProcess, etcd_prefix: bytes, tmp_path: Path) -> 
     )
     n = Node(cfg)
     await n.start()
+    surfaces = _SURFACES[id(n)] = await Surfaces.start(n.surface(), cfg)
     try:
         yield n
     finally:
+        del _SURFACES[id(n)]
+        await surfaces.stop()
         await n.stop(graceful=False)
 
 
@@ -107,8 +114,9 @@ async def test_an_output_too_large_for_a_result_is_dropped(
 
 
 async def test_the_dashboard_reads_no_large_form(node: Node) -> None:
-    assert node.dashboard is not None
-    url = f"{node.dashboard.url}actions/pause/j-1"
+    dashboard = _SURFACES[id(node)].dashboard
+    assert dashboard is not None
+    url = f"{dashboard.url}actions/pause/j-1"
     async with aiohttp.ClientSession() as session:
         form = {"csrf": "x" * (HTTP_MAX_REQUEST_BYTES + 1)}
         async with session.post(url, data=form) as response:

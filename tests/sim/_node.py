@@ -24,7 +24,7 @@ and re-tokening or claiming fires (:mod:`sim._fires`).
 
 When its session is lost the node starts over with a new session under the same id, as a
 supervisor restarting the coordination would; a graceful leave (:meth:`SimNode.leave`) runs
-``release_all`` and closes membership and session.
+a graceful ``stop`` of the ownership and stops membership and session.
 """
 
 from __future__ import annotations
@@ -288,16 +288,20 @@ class SimNode:
             self.work = work = asyncio.create_task(self._work(), name=f"sim-work-{self.node_id}")
             try:
                 if not self._leaving:
-                    await self.ownership.run()
+                    self.ownership.start()
+                    await self.ownership.wait()
+            except asyncio.CancelledError:
+                await self.ownership.stop(graceful=False)
+                raise
             finally:
                 work.cancel()
             if self._release is not None:
                 await self._release
             elif not self._leaving:
                 self._trace(f"{self.node_id} session lost, rejoining")
-            await self.membership.close()
+            await self.membership.stop()
             assert self.session is not None
-            await self.session.close()
+            await self.session.stop()
         self.status = "left"
         self._trace(f"{self.node_id} left")
 
@@ -320,7 +324,7 @@ class SimNode:
         except Unavailable as exc:
             self._trace(f"{self.node_id} join failed: {exc}")
             with contextlib.suppress(Unavailable):
-                await session.close()
+                await session.stop()
             return False
         self.ownership = PartitionOwnership(
             self.kv,  # type: ignore[arg-type]
@@ -340,7 +344,7 @@ class SimNode:
     async def _release_all(self) -> None:
         assert self.ownership is not None
         with contextlib.suppress(Unavailable):
-            await self.ownership.release_all()
+            await self.ownership.stop(graceful=True)
 
     async def _on_acquired(self, fence: Fence) -> None:
         self.believed[fence.partition] = fence

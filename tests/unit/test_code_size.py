@@ -17,27 +17,7 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 #: path under src/schedd (a module) or path::qualified.name (a function) -> today's lines.
-PENDING: dict[str, int] = {
-    # pending: lead (node/)
-    "node/_node.py": 686,
-    "node/_partition.py": 648,
-    "node/_firing.py": 543,
-    "node/_api.py": 550,
-    "node/_settling.py": 520,
-    "node/_metrics.py::node_gauges": 98,
-    "node/_node.py::Node.start": 77,
-    "node/_settling.py::Settler._apply_results": 67,
-    "node/_settling.py::Settler._after": 68,
-    # pending: the worker/client/obs helper
-    "worker/_connection.py": 537,
-    "worker/_worker.py": 520,
-    "worker/_attempts.py": 520,
-    "client/_async.py": 569,
-    "client/_failover.py::call_with_failover": 69,
-    "obs/_prometheus.py::PrometheusRecorder.__init__": 84,
-    "worker/_cli.py::run_worker_from_cli": 83,
-    "worker/_worker.py::Worker.__init__": 65,
-}
+PENDING: dict[str, int] = {}
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, int]]:

@@ -33,7 +33,7 @@ async def test_a_taken_port_is_a_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        node = SimpleNamespace(config=SimpleNamespace(auth=False))
+        node = SimpleNamespace(auth=False)
         server = DashboardServer(node, f"127.0.0.1:{port}")  # type: ignore[arg-type]
         with pytest.raises(Unavailable, match="cannot listen"):
             await server.start()

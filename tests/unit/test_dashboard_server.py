@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from schedd._errors import JobNotFound
 from schedd.auth import ApiGate
 from schedd.dashboard import DashboardServer
+from schedd.obs import NoopRecorder
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
 EVIL = "<script>alert(1)</script>"
@@ -55,10 +56,11 @@ class StubApi:
 def stub_node() -> Any:
     return SimpleNamespace(
         api=StubApi(),
-        config=SimpleNamespace(node_id="n<1>", auth=False),
+        node_id="n<1>",
+        auth=False,
         gate=ApiGate(auth=False),
         health=SimpleNamespace(serving=True),
-        metrics=None,
+        recorder=NoopRecorder(),
         clock=SimpleNamespace(now_ms=lambda: 1_700_000_000_000),
     )
 

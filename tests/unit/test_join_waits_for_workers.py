@@ -47,7 +47,7 @@ async def _start(kv: MemoryKV, clock: ManualClock, node: SimNode, join_wait_s: f
     node.ownership = PartitionOwnership(
         kv, KEYS, session, membership, config, on_acquired=acquired, on_lost=lost, clock=clock
     )
-    node.tasks.append(asyncio.create_task(node.ownership.run()))
+    node.ownership.start()
 
 
 async def _run_for(clock: ManualClock, seconds: float) -> None:
@@ -59,6 +59,8 @@ async def _run_for(clock: ManualClock, seconds: float) -> None:
 
 async def _stop(*nodes: SimNode) -> None:
     for n in nodes:
+        if n.ownership is not None:
+            await n.ownership.stop(graceful=False)
         for t in n.tasks:
             t.cancel()
         await asyncio.gather(*n.tasks, return_exceptions=True)

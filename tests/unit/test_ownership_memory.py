@@ -59,7 +59,7 @@ async def test_owner_keys_claimed_by_a_txn_whose_answer_was_lost_are_adopted() -
         on_lost=on_lost,
         clock=clock,
     )
-    task = asyncio.create_task(ownership.run())
+    ownership.start()
     try:
         for _ in range(200):
             if len(ownership.owned()) == 4:
@@ -70,11 +70,9 @@ async def test_owner_keys_claimed_by_a_txn_whose_answer_was_lost_are_adopted() -
         # Adopted under the epoch etcd gave them: the revision of the claim whose answer died.
         assert {f.epoch for f in acquired} == {dropped[0]}
     finally:
-        await ownership.release_all()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await membership.close()
-        await session.close()
+        await ownership.stop(graceful=True)
+        await membership.stop()
+        await session.stop()
 
 
 async def _turns(n: int = 100) -> None:
@@ -114,7 +112,7 @@ async def test_a_released_partition_is_not_adopted_back_from_a_lagging_mirror() 
         on_lost=on_lost,
         clock=clock,
     )
-    task = asyncio.create_task(ownership.run())
+    ownership.start()
     try:
         await _turns()
         assert sorted(ownership.owned()) == [0, 1]
@@ -131,7 +129,6 @@ async def test_a_released_partition_is_not_adopted_back_from_a_lagging_mirror() 
         assert await kv.get(keys.owner_key(0)) is None
     finally:
         kv.faults = None
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await membership.close()
-        await session.close()
+        await ownership.stop(graceful=False)
+        await membership.stop()
+        await session.stop()

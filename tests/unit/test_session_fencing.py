@@ -51,14 +51,14 @@ async def test_without_keep_alives_it_stops_acting_a_margin_before_the_ttl(failu
     await _run_for(clock, 0.15)  # 3.05 s: past TTL - margin, still before the lease expires
     assert not session.may_act()
     assert session.done.is_set()
-    await session.close()
+    await session.stop()
 
 
 async def test_keep_alives_keep_it_acting_past_the_ttl() -> None:
     session, clock = await _session()
     await _run_for(clock, 12.0)
     assert session.may_act() and not session.done.is_set()
-    await session.close()
+    await session.stop()
     assert not session.may_act()
 
 
@@ -69,7 +69,7 @@ async def test_a_process_resumed_after_a_pause_finds_itself_fenced() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
     assert session.done.is_set()
-    await session.close()
+    await session.stop()
 
 
 async def test_a_fenced_node_fires_nothing_and_retries_shortly() -> None:
@@ -106,4 +106,4 @@ async def test_the_promise_to_holding_workers_ends_before_the_lease_and_after_ac
     assert session.may_act() and session.held_for_s() == 1.5
     await _run_for(clock, 1.05)
     assert session.held_for_s() == 0.0, "no promise once the session may not act"
-    await session.close()
+    await session.stop()

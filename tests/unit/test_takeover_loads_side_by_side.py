@@ -42,7 +42,7 @@ async def test_partitions_claimed_together_are_loaded_side_by_side() -> None:
         kv, KEYS, session, membership, OwnershipConfig(partitions=6, rebalance_interval_s=0.5),
         on_acquired=acquired, on_lost=lost, clock=clock,
     )  # fmt: skip
-    task = asyncio.create_task(ownership.run())
+    ownership.start()
     try:
         for _ in range(200):
             await asyncio.sleep(0)
@@ -54,5 +54,4 @@ async def test_partitions_claimed_together_are_loaded_side_by_side() -> None:
             await asyncio.sleep(0)
         assert not loading and sorted(ownership.owned()) == [0, 1, 2, 3, 4, 5]
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await ownership.stop(graceful=False)

@@ -62,17 +62,27 @@ def node_config(
 
 
 async def serve_node(cfg: NodeConfig, started: Callable[[Node], None]) -> None:
-    """Run a node until SIGINT or SIGTERM (a graceful stop) or until its store fails (an
-    abrupt stop, then StoreFailed); ``started(node)`` once it serves."""
+    """Run a node, with its metrics endpoint and dashboard when configured, until SIGINT or
+    SIGTERM (a graceful stop) or until its store fails (an abrupt stop, then StoreFailed);
+    ``started(node)`` once it serves."""
+    from schedd.dashboard import Surfaces
     from schedd.node import Node
     from schedd.store import StoreFailed
 
     tune_gc()
-    n = Node(cfg)
+    recorder = None
+    if cfg.metrics_listen:
+        from schedd.obs import PrometheusRecorder
+
+        recorder = PrometheusRecorder(("node",))
+    n = Node(cfg, recorder=recorder)
     stop = stop_on_signals()
     await n.start()
+    surfaces = await Surfaces.start(n.surface(), cfg)
     started(n)
-    if await until_stop_or_failure(stop, n.failed):
+    failed = await until_stop_or_failure(stop, n.failed)
+    await surfaces.stop()
+    if failed:
         # nothing can be given back or released through the store
         await n.stop(graceful=False)
         raise StoreFailed(n.failure)

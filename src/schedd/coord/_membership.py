@@ -168,10 +168,6 @@ class Membership:
                 delete = self._kv.delete(self._keys.node_key(self.node_id))
                 await within(self._clock, delete, timeout)
 
-    async def close(self) -> None:
-        """Deprecated alias of ``stop()`` (node/ switches to it, then this goes)."""
-        await self.stop()
-
     def live_nodes(self) -> dict[str, NodeInfo]:
         """Node id -> record of every node whose session is alive (as last seen)."""
         return dict(self._nodes)

@@ -67,10 +67,6 @@ class PrefixMirror:
                 await self._task
             self._task = None
 
-    async def close(self) -> None:
-        """Deprecated alias of ``stop()`` (node/ switches to it, then this goes)."""
-        await self.stop()
-
     async def _relist(self) -> None:
         kvs, rev = await self._kv.range_all(self.prefix, prefix_end(self.prefix))
         self.items = {kv.key: kv for kv in kvs}

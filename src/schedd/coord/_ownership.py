@@ -199,10 +199,6 @@ class PartitionOwnership:
         async with self._lock:
             await self._release(sorted(self._owned), SHUTDOWN)
 
-    async def run(self) -> None:
-        """Deprecated: reconciles in the calling task (node/ moves to start(), wait())."""
-        await self._reconcile_loop()
-
     async def _reconcile_loop(self) -> None:
         """Reconciles until the session ends or stopping; etcd errors are logged and retried
         on the next round."""
@@ -469,12 +465,6 @@ class PartitionOwnership:
             )  # fmt: skip
 
     # -- shutdown and status --------------------------------------------------------------------
-
-    async def release_all(self) -> None:
-        """Deprecated: the graceful :meth:`stop` for a caller of :meth:`run`."""
-        self._stopping = True
-        self._wake.set()
-        await self._release_owned()
 
     async def release(self, partition: int, reason: str) -> None:
         """Gives one partition up now (``on_lost`` first, then the fenced delete).

@@ -174,7 +174,3 @@ class Session:
                 log.warning(
                     "session lease=%x revoke failed, it will expire: %s", self.lease_id, exc
                 )
-
-    async def close(self) -> None:
-        """Deprecated alias of ``stop()`` (node/ switches to it, then this goes)."""
-        await self.stop()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from schedd.client import execution_note
-from schedd.client._convert import job_state_word
-from schedd.client._fires import dst_notes, lateness_ms
+from schedd.client import dst_notes, execution_note, job_state_word, lateness_ms
 from schedd.dashboard._csrf import FIELD
 from schedd.dashboard._html import (
     Markup,
@@ -374,31 +372,16 @@ HISTOGRAMS = (
 )
 
 
-def histogram_buckets(exposition: str, name: str) -> list[tuple[str, int]]:
-    """A histogram's observations per bucket (not cumulative), from Prometheus' text format:
-    (upper bound in seconds, count), summed over label sets; [] when it is not there."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    cumulative: dict[float, float] = {}
-    for family in text_string_to_metric_families(exposition):
-        if family.name != name.removesuffix("_seconds") and family.name != name:
-            continue
-        for sample in family.samples:
-            if sample.name == f"{name}_bucket":
-                le = float(sample.labels["le"])
-                cumulative[le] = cumulative.get(le, 0.0) + sample.value
-    out, below = [], 0.0
-    for le in sorted(cumulative):
-        out.append(("+Inf" if le == float("inf") else f"{le:g}", int(cumulative[le] - below)))
-        below = cumulative[le]
-    return out
+def _bound(le: float) -> str:
+    return "+Inf" if le == float("inf") else f"{le:g}"
 
 
-def metrics_body(exposition: str) -> Markup:
-    """The node's lateness histograms since it started (metrics on), one table and chart each."""
+def metrics_body(histogram: Callable[[str], list[tuple[float, int]]]) -> Markup:
+    """The node's lateness histograms since it started (metrics on), one table and chart each
+    (``histogram``: the node's recorder's, per-bucket counts; [] for one it does not keep)."""
     parts: list[object] = []
     for name, what in HISTOGRAMS:
-        buckets = histogram_buckets(exposition, name)
+        buckets = [(_bound(le), n) for le, n in histogram(name)]
         if not buckets:
             continue  # not in this process (the node's or a worker's)
         if not any(n for _, n in buckets):

@@ -27,7 +27,7 @@ from schedd._limits import HTTP_MAX_REQUEST_BYTES
 from schedd._tls import TlsFiles
 from schedd._web import bound_address, serve
 from schedd.auth import ANONYMOUS, VIEWER, Caller, acting_as, current
-from schedd.client._fires import next_fires
+from schedd.client import next_fires
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
 from schedd.dashboard._html import join, layout
@@ -35,7 +35,7 @@ from schedd.model import parse_state
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
 if TYPE_CHECKING:
-    from schedd.node import Node
+    from schedd.node import NodeSurface
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,17 @@ def _safe_next(value: str) -> str:
 
 
 class DashboardServer:
-    """Serves the dashboard of ``node`` on ``listen`` (HOST:PORT; port 0: any free one)."""
+    """Serves the dashboard of a node on ``listen`` (HOST:PORT; port 0: any free one): what it
+    shows comes through the node's client API and gate (``node``: its surface, never the
+    node itself)."""
 
     def __init__(
-        self, node: Node, listen: str, actions: bool = False, *, tls: TlsFiles | None = None
+        self, node: NodeSurface, listen: str, actions: bool = False, *, tls: TlsFiles | None = None
     ) -> None:
         self.node = node
         self.listen = listen
         self.actions = actions
-        self.auth = node.config.auth
+        self.auth = node.auth
         #: HTTPS with this certificate (the node's, when its gRPC port serves TLS); no client
         #: certificate is asked (a browser has none). None: HTTP.
         self.tls = tls
@@ -226,9 +228,7 @@ class DashboardServer:
         caller = self._caller()
         if self.auth and caller is not None:
             user = f"{caller.actor} ({caller.role}{', ' + caller.tenant if caller.tenant else ''})"
-        text = layout(
-            title, body, node_id=self.node.config.node_id, actions=self._may_act(), user=user
-        )
+        text = layout(title, body, node_id=self.node.node_id, actions=self._may_act(), user=user)
         return web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
 
     def _token(self, request: web.Request) -> tuple[str | None, str | None]:
@@ -367,9 +367,8 @@ class DashboardServer:
         async def page() -> web.Response:
             body = pages.lateness_body(await self._recent_runs())
             caller = self._caller()
-            if self.node.metrics is not None and caller is not None and caller.admin:
-                exposition = self.node.metrics.exposition().decode()
-                body = join([body, pages.metrics_body(exposition)])
+            if caller is not None and caller.admin:
+                body = join([body, pages.metrics_body(self.node.recorder.histogram)])
             return self._page("Lateness", body)
 
         return await self._guard("Lateness", page)

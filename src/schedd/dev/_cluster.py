@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from schedd._logfmt import bind_process, json_logs
 from schedd._stop_signal import stop_on_signals, until_stop_or_failure
+from schedd.dashboard import Surfaces
 from schedd.dev._etcd_process import EtcdProcess, port_is_free
 from schedd.node import Node, NodeConfig
 from schedd.obs import PrometheusRecorder
@@ -108,10 +109,12 @@ async def _run(
     node = Node(node_config, recorder=recorder)
     stop = stop_on_signals()
     worker = None
+    surfaces = Surfaces()
     try:
         await node.start()
+        surfaces = await Surfaces.start(node.surface(), node_config)
         worker = await _start_worker(node.address, data_dir, http, shell, recorder)
-        print(_next_steps(config, data_dir, node, http, shell), flush=True)
+        print(_next_steps(config, data_dir, node, surfaces, http, shell), flush=True)
         if await until_stop_or_failure(stop, node.failed):
             print(f"schedd dev: {node.failure}", file=sys.stderr, flush=True)
             return 5
@@ -125,6 +128,8 @@ async def _run(
         if worker is not None:  # a no-op after the graceful stop above
             with contextlib.suppress(Exception):
                 await worker.stop(graceful=False)
+        with contextlib.suppress(Exception):
+            await surfaces.stop()
         with contextlib.suppress(Exception):
             await node.stop()
         if etcd is not None:
@@ -161,6 +166,7 @@ def _next_steps(
     config: StoreConfig,
     data_dir: Path,
     node: Node,
+    surfaces: Surfaces,
     http: HttpConfig | None,
     shell: ShellConfig | None,
 ) -> str:
@@ -170,8 +176,8 @@ def _next_steps(
         node=node.address,
         worker="dev-worker",
         kinds=_kinds_text(http, shell),
-        metrics=_metrics_text(node),
-        dashboard=_dashboard_text(node),
+        metrics=_metrics_text(surfaces),
+        dashboard=_dashboard_text(surfaces),
     )
 
 
@@ -184,13 +190,13 @@ def _or_any_port(listen: str, what: str) -> str:
     return listen
 
 
-def _metrics_text(node: Node) -> str:
-    server = node.metrics_server
+def _metrics_text(surfaces: Surfaces) -> str:
+    server = surfaces.metrics
     return f"http://{server.address}/metrics" if server is not None else "off (--metrics-listen)"
 
 
-def _dashboard_text(node: Node) -> str:
-    server = node.dashboard
+def _dashboard_text(surfaces: Surfaces) -> str:
+    server = surfaces.dashboard
     if server is None:
         return "off (--http-listen)"
     return server.url + ("" if server.actions else " (read-only; --http-actions)")

@@ -72,6 +72,9 @@ class Dispatcher:
         config: DispatchConfig = _DEFAULT_CONFIG,
         clock: Clock | None = None,
         recorder: MetricsRecorder = _NOOP_RECORDER,
+        may_dispatch: Callable[[], bool] = always,
+        live_until_ms: Callable[[], int] | None = None,
+        authorize: Callable[[str | None, str], Awaitable[Caller]] | None = None,
     ) -> None:
         """Create a dispatcher; nothing runs until :meth:`start`.
 
@@ -81,17 +84,19 @@ class Dispatcher:
             config: Pacing, leases and timeouts.
             clock: Every reading and wait of the dispatcher's goes through it.
             recorder: Where metrics go (no dispatch event is reported yet).
+            may_dispatch: Whether the node may hand out anything now (its self-fencing).
+            live_until_ms: Until when the node surely holds its fences (promised to holders).
+            authorize: With auth on: who a stream's bearer token is (raises when not valid).
         """
         self.node_id = node_id
         self.config = config
         self.stats = DispatchStats()
         self.recorder = recorder
-        self.may_dispatch: Callable[[], bool] = always  # the node's self-fencing says no
-        #: With auth on: who a stream's bearer token is (raises when it is not valid).
-        self.authorize: Callable[[str | None, str], Awaitable[Caller]] | None = None
+        self.may_dispatch = may_dispatch  # the node's self-fencing says no
+        self.authorize = authorize
         self._authority = authority
         self._clock: Clock = clock or SystemClock()
-        self.live_until_ms: Callable[[], int] = unlimited(self._clock)  # see _vouch
+        self.live_until_ms = live_until_ms or unlimited(self._clock)  # see _vouch
         self._sessions: dict[int, WorkerSession] = {}
         self._next_session_id = 0
         self._pending = PendingDispatches()
@@ -237,22 +242,18 @@ class Dispatcher:
         return self._waiting.reason(route_of(d), d.tenant, self._sessions.values())
 
     def unserved_by_queue(self) -> dict[str, tuple[int, int]]:
-        """Per queue: executions pending on routes no connected worker serves, and the wall
-        ms the oldest such route was first seen so (for metrics and alerts)."""
+        """Per queue: executions pending on routes no worker serves, since when (wall ms)."""
         return self._waiting.unserved_by_queue(self._pending.count)
 
     def in_flight_count(self) -> int:
-        """Executions out on workers (held ahead of their instant included)."""
-        return len(self._in_flight)
+        return len(self._in_flight)  # held ahead of their instant included
 
     def held_by_queue(self) -> dict[str, int]:
-        """Executions held on workers for a later instant (not started), per queue: a pass
-        over every in-flight execution, for metrics."""
+        """Executions held on workers for a later instant (not started), per queue."""
         return self._in_flight.held_by_queue(self._clock.now_ms())
 
     def settle_backlog(self) -> int:
-        """Results received and not yet settled."""
-        return self._settler.backlog_count()
+        return self._settler.backlog_count()  # results received and not yet settled
 
     def worker_ids(self) -> set[str]:
         """The workers with an open stream here that are not silent."""

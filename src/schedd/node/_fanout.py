@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar, cast
 
 import grpc
@@ -63,13 +63,14 @@ class Fanout:
         *,
         tls: TlsFiles | None = None,
         max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         self.node_id = node_id
         self.members = members
         self.timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: With auth on: adds the cluster's peer secret to every call (see :mod:`schedd.auth`).
-        self.interceptors: list[grpc.aio.ClientInterceptor] = []
+        self.interceptors = list(interceptors)
         self._options: list[tuple[str, str | int]] = [
             *_CHANNEL_OPTIONS,
             *message_size_options(max_message_bytes),

@@ -194,6 +194,11 @@ class OwnedPartitions:
     def of_execution(self, execution_id: str) -> Partition | None:
         return self.of_job(parse_execution_id(execution_id)[0])
 
+    def holds(self, execution_id: str) -> bool:
+        """Whether a partition here holds this execution in memory (claimed, unfinished)."""
+        part = self.of_execution(execution_id)
+        return part is not None and execution_id in part.live
+
     def _share_claim_rate(self) -> None:
         # The node's claim rate is shared by the partitions it runs.
         for part in self._by_number.values():

@@ -1,21 +1,48 @@
-"""The node's gauges, read when Prometheus scrapes (see :mod:`schedd.obs._prometheus`)."""
+"""The node's gauges: read when the metrics backend exports (see ``MetricsRecorder.gauge``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from schedd._clock import Clock
+from schedd.dispatch import Dispatcher
+from schedd.node._coordination import Coordinator
+from schedd.node._fire_policy import FirePolicy
+from schedd.node._live import OwnedPartitions
+from schedd.obs import MetricsRecorder
 
-from schedd.obs._prometheus import PrometheusRecorder
 
-if TYPE_CHECKING:
-    from schedd.node._node import Node
+def node_gauges(
+    rec: MetricsRecorder,
+    partitions: OwnedPartitions,
+    dispatcher: Dispatcher,
+    policy: FirePolicy,
+    coordinator: Coordinator,
+    clock: Clock,
+) -> None:
+    """Registers the node's gauges on ``rec`` (a no-op on a recorder that keeps none)."""
+    _partition_gauges(rec, partitions, coordinator, clock)
+    _dispatch_gauges(rec, dispatcher, clock)
+    limiter = policy.tenants
+
+    def tenant_counts(index: int) -> dict[tuple[str, ...], float]:
+        return {(t,): float(limiter.counts(t)[index]) for t in limiter.limits()}
+
+    rec.gauge(
+        "schedd_tenant_running",
+        "Executions of a limited tenant counted against its running cap here",
+        lambda: tenant_counts(0),
+        ["tenant"],
+    )
+    rec.gauge(
+        "schedd_tenant_waiting",
+        "Fires of a limited tenant waiting for a running slot here",
+        lambda: tenant_counts(1),
+        ["tenant"],
+    )
 
 
-def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
-    """Registers the node's scrape-time gauges on ``rec``."""
-    partitions = node.partitions
-    dispatcher = node.dispatcher
-    limiter = node.policy.tenants
-
+def _partition_gauges(
+    rec: MetricsRecorder, partitions: OwnedPartitions, coordinator: Coordinator, clock: Clock
+) -> None:
     def timers() -> float:
         return float(sum(len(p.wheel) for p in partitions.values()))
 
@@ -23,33 +50,14 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
         return float(sum(len(p.live) for p in partitions.values()))
 
     def claim_lead() -> float:
-        now = node.clock.now_ms()
+        now = clock.now_ms()
         leads = [p.pacer.horizon(p.window, now) - now for p in partitions.values()]
         return min(leads) / 1000.0 if leads else 0.0
 
     def skew() -> float:
-        membership = node._membership
+        membership = coordinator.membership
         ms = membership.clock_skew_ms() if membership is not None else None
         return (ms or 0) / 1000.0
-
-    def pending() -> dict[tuple[str, ...], float]:
-        return {(q,): float(n) for q, n in dispatcher.pending_by_queue().items()}
-
-    def unserved() -> dict[tuple[str, ...], float]:
-        return {(q,): float(n) for q, (n, _) in dispatcher.unserved_by_queue().items()}
-
-    def unserved_age() -> dict[tuple[str, ...], float]:
-        now = node.clock.now_ms()
-        return {
-            (q,): max(0, now - since) / 1000.0
-            for q, (_, since) in dispatcher.unserved_by_queue().items()
-        }
-
-    def held() -> dict[tuple[str, ...], float]:
-        return {(q,): float(n) for q, n in dispatcher.held_by_queue().items()}
-
-    def tenant_counts(index: int) -> dict[tuple[str, ...], float]:
-        return {(t,): float(limiter.counts(t)[index]) for t in limiter.limits()}
 
     rec.gauge("schedd_partitions", "The cluster's partition count", lambda: partitions.count)
     rec.gauge("schedd_timers", "Timers armed in this node's wheels", timers)
@@ -60,27 +68,31 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
         claim_lead,
     )
     rec.gauge("schedd_clock_skew_seconds", "This node's clock minus its peers' median", skew)
-    rec.gauge(
-        "schedd_dispatch_pending", "Executions waiting for a worker, per queue", pending, ["queue"]
-    )
-    rec.gauge(
-        "schedd_dispatch_unserved",
-        "Executions waiting for a worker that serves their handler or kind: none is connected",
-        unserved,
-        ["queue"],
-    )
-    rec.gauge(
-        "schedd_dispatch_unserved_seconds",
-        "How long the oldest of them has waited for a worker that serves it, per queue",
-        unserved_age,
-        ["queue"],
-    )
-    rec.gauge(
-        "schedd_dispatch_held",
-        "Executions held on workers for a later instant, not started yet, per queue",
-        held,
-        ["queue"],
-    )
+
+
+def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) -> None:
+    def per_queue(counts: dict[str, int]) -> dict[tuple[str, ...], float]:
+        return {(q,): float(n) for q, n in counts.items()}
+
+    def unserved_age() -> dict[tuple[str, ...], float]:
+        now = clock.now_ms()
+        return {
+            (q,): max(0, now - since) / 1000.0
+            for q, (_, since) in dispatcher.unserved_by_queue().items()
+        }
+
+    unserved = dispatcher.unserved_by_queue
+    for name, doc, read in (
+        ("pending", "Executions waiting for a worker, per queue",
+         lambda: per_queue(dispatcher.pending_by_queue())),
+        ("unserved", "Executions waiting for a worker that serves their handler or kind: none "
+         "is connected", lambda: per_queue({q: n for q, (n, _) in unserved().items()})),
+        ("unserved_seconds", "How long the oldest of them has waited for a worker that serves "
+         "it, per queue", unserved_age),
+        ("held", "Executions held on workers for a later instant, not started yet, per queue",
+         lambda: per_queue(dispatcher.held_by_queue())),
+    ):  # fmt: skip
+        rec.gauge(f"schedd_dispatch_{name}", doc, read, ["queue"])
     rec.gauge(
         "schedd_dispatch_in_flight",
         "Executions out on workers (held ahead of their instant included)",
@@ -95,16 +107,4 @@ def node_gauges(node: Node, rec: PrometheusRecorder) -> None:
         "schedd_workers_connected",
         "Workers with an open stream to this node",
         lambda: len(dispatcher.worker_ids()),
-    )
-    rec.gauge(
-        "schedd_tenant_running",
-        "Executions of a limited tenant counted against its running cap here",
-        lambda: tenant_counts(0),
-        ["tenant"],
-    )
-    rec.gauge(
-        "schedd_tenant_waiting",
-        "Fires of a limited tenant waiting for a running slot here",
-        lambda: tenant_counts(1),
-        ["tenant"],
     )

@@ -13,7 +13,7 @@ import enum
 import logging
 from collections.abc import Sequence
 
-from schedd.model._fields import MAX_CHECKPOINT_BYTES
+from schedd.model import MAX_CHECKPOINT_BYTES
 from schedd.node._live import Live
 from schedd.node._part_core import PartitionCore, carried_by
 from schedd.node._settle_policy import ENDED, Fate, Settlement, finish, first_line, settle

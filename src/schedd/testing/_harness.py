@@ -12,15 +12,14 @@ from typing import Any, TypeVar
 from schedd._clock import ManualClock
 from schedd._errors import ExecutionNotFound
 from schedd.client import UNSET, build_job, build_update, encode_payload, parse_time_ms
-from schedd.node._api import NodeApi
+from schedd.node import NodeApi
 from schedd.schedule import ScheduleKind, parse_schedule
 from schedd.store import JobStore, Keys, MemoryKV, prefix_end
 from schedd.testing._node import SimNode, harness_config
 from schedd.testing._runs import Attempt, Run, RunLog
 from schedd.testing._workers import WorkerPool
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
-from schedd.worker._executor import Executor
-from schedd.worker._handler import Handler, HandlerExecutor
+from schedd.worker import Executor, Handler, HandlerExecutor
 
 _H = TypeVar("_H", bound=Handler)
 JobRef = job_pb2.Job | str

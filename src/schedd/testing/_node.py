@@ -17,12 +17,14 @@ import random
 from pathlib import Path
 
 from schedd._clock import ManualClock
-from schedd.node._config import NodeConfig
-from schedd.node._fire_policy import FirePolicy
-from schedd.node._live import OwnedPartitions
-from schedd.node._notify import NotifyWatcher
-from schedd.node._partition import Partition
-from schedd.node._settling import ResultRouter
+from schedd.node import (
+    FirePolicy,
+    NodeConfig,
+    NotifyWatcher,
+    OwnedPartitions,
+    Partition,
+    ResultRouter,
+)
 from schedd.store import Fence, Keys, MemoryKV, PartitionStore, prefix_end
 from schedd.testing._runs import RunLog
 from schedd.testing._workers import WORKER_ID, WorkerPool

@@ -14,7 +14,7 @@ from typing import Any
 
 from schedd.history import History
 from schedd.v1 import execution_pb2
-from schedd.worker._context import decode_payload
+from schedd.worker import decode_payload
 
 
 def _at(ms: int) -> datetime | None:

@@ -23,21 +23,22 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from schedd._clock import ManualClock
-from schedd.dispatch._probes import ProbeAnswer
+from schedd.dispatch import ProbeAnswer
 from schedd.testing._runs import Attempt
 from schedd.v1 import worker_pb2
-from schedd.worker._context import Context, decode_payload
-from schedd.worker._executor import (
+from schedd.worker import (
+    Context,
     Executor,
+    Ledger,
     Outcome,
     Runtime,
+    ThreadBridge,
+    decode_payload,
     error_text,
     no_executor_error,
     settle,
     target_kind,
 )
-from schedd.worker._ledger import Ledger
-from schedd.worker._threads import ThreadBridge
 
 WORKER_ID = "harness-worker"
 #: How many passes of the event loop a suspended handler gets to reach :meth:`sleep` (or end)
