@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schedd._errors import SchedError
-from schedd._logfmt import bind_process
 from schedd._tls import TlsFiles
 from schedd.worker._config import WorkerConfig
 from schedd.worker._http import HttpConfig, HttpExecutor
@@ -79,14 +78,22 @@ def run_worker_from_cli(
             tls=tls,
         )
         worker = Worker(config)
-        # Every line this process logs names the worker (its id is known once it started).
-        bind_process(worker=lambda: worker.worker_id)
+        _name_in_logs(worker)
         _register_modules(worker, imports)
         _add_kinds(worker, http, shell)
     except (ImportError, ValueError) as e:
         log.error("cannot start worker: %s", e)
         return 2
     return _run(worker)
+
+
+def _name_in_logs(worker: Worker) -> None:
+    """Every line this process logs names the worker (its id is known once it started)."""
+    # Imported here, not at the top: schedd.worker exports run_worker_from_cli, and the log
+    # setup (structlog, which loads rich) is for the daemon, not for programs using the SDK.
+    from schedd._logfmt import bind_process
+
+    bind_process(worker=lambda: worker.worker_id)
 
 
 def _register_modules(worker: Worker, imports: list[str]) -> None:
