@@ -62,7 +62,19 @@ def carried_by(executions: Iterable[execution_pb2.Execution]) -> list[tuple[str,
 
 
 class PartitionCore:
-    """The state of one owned partition and the primitives that write it."""
+    """The state of one owned partition and the primitives that write it.
+
+    Args:
+        store: the partition's store, fenced by the node's ownership of it.
+        config: the node's settings.
+        clock: the node's clock.
+        history: where finished executions are recorded.
+        policy: the node's fire policy (shared by its partitions).
+        outbound: where executions go to workers (the node's dispatcher).
+        events: what the partition tells its node (fence lost, loop crashed).
+        recorder: where it reports (metrics); nowhere by default.
+        rng: the jitter of retry backoffs.
+    """
 
     def __init__(
         self,

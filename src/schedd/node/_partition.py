@@ -19,55 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 
-from schedd._clock import Clock
 from schedd._errors import SchedError
-from schedd.history import History
-from schedd.node._config import NodeConfig
-from schedd.node._fire_policy import FirePolicy
 from schedd.node._live import claims_to_give_back
 from schedd.node._part_claims import Claiming, to_adopt
 from schedd.node._part_fires import Firing
 from schedd.node._part_results import Settling
-from schedd.node._ports import Outbound, PartitionEvents
-from schedd.obs import MetricsRecorder
-from schedd.store import FIRE, PartitionStore
+from schedd.store import FIRE
 
 log = logging.getLogger(__name__)
 
 
 class Partition(Claiming, Firing, Settling):
-    """Schedules the jobs of one partition while this node holds its fence.
-
-    Args:
-        store: the partition's store, fenced by the node's ownership of it.
-        config: the node's settings.
-        clock: the node's clock.
-        history: where finished executions are recorded.
-        policy: the node's fire policy (shared by its partitions).
-        outbound: where executions go to workers (the node's dispatcher).
-        events: what the partition tells its node (fence lost, loop crashed).
-        recorder: where it reports (metrics); nowhere by default.
-        rng: the jitter of retry backoffs.
-    """
-
-    def __init__(
-        self,
-        store: PartitionStore,
-        config: NodeConfig,
-        clock: Clock,
-        history: History,
-        policy: FirePolicy,
-        outbound: Outbound,
-        events: PartitionEvents,
-        *,
-        recorder: MetricsRecorder | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        super().__init__(
-            store, config, clock, history, policy, outbound, events, recorder=recorder, rng=rng
-        )
+    """Schedules the jobs of one partition while this node holds its fence (built with the
+    arguments of :class:`~._part_core.PartitionCore`)."""
 
     async def start(self) -> None:
         """Loads the window and the live executions, re-tokens inherited ones, starts loops."""
