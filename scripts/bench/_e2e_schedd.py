@@ -42,13 +42,16 @@ def _at(ms: float) -> str:
     return "@at " + datetime.fromtimestamp(ms / 1000.0, UTC).isoformat(timespec="seconds")
 
 
-def _create(client: Client, schedules: list[str], jitter_ms: int = 0) -> float:
-    """Creates one no-op job per schedule; returns the seconds it took."""
+def _create(client: Client, schedules: list[str], jitter_ms: int = 0, *, prefix: str) -> float:
+    """Creates one no-op job per schedule, named ``{prefix}-{n}`` (a name is taken once per
+    tenant); returns the seconds it took."""
     t0 = time.monotonic()
     jitter = f"{jitter_ms}ms" if jitter_ms else None
     for start in range(0, len(schedules), CHUNK):
         jobs = [
-            build_job(f"e2e-{start + i}", schedule=s, handler="noop", max_attempts=1, jitter=jitter)
+            build_job(
+                f"{prefix}-{start + i}", schedule=s, handler="noop", max_attempts=1, jitter=jitter
+            )
             for i, s in enumerate(schedules[start : start + CHUNK])
         ]
         for outcome in client.create_jobs(jobs):
@@ -158,7 +161,7 @@ def _one_shot(
     for name in ("node", "etcd"):  # jobs stored, not due in the window
         res.extra[f"{name}_kib_per_stored_job"] = _kib_per(rss0, rss1, name, far)
     before = _metrics(cluster)
-    took = _create(client, schedules, w.jitter_ms)
+    took = _create(client, schedules, w.jitter_ms, prefix=w.name)
     est.create_per_s = w.n / took
     res.extra["create_per_s"] = round(w.n / took, 0)
     if time.time() * 1000.0 > t_ms - 1000:
@@ -225,7 +228,7 @@ def _creation_cost(client: Client, cluster: Cluster, n: int = CHUNK) -> dict[str
     on the embedded store (the jobs are created all the same: the node holds as many)."""
     m0 = _metrics(cluster)
     far = (math.floor(time.time()) + 365 * 86400) * 1000.0
-    _create(client, [_at(far + i * 1000) for i in range(n)])
+    _create(client, [_at(far + i * 1000) for i in range(n)], prefix="far")
     m1 = _metrics(cluster)
     if not m0:
         return {}
@@ -259,7 +262,7 @@ def _sustained(
     res: Result,
     est: Estimates,
 ) -> None:
-    took = _create(client, ["* * * * * *"] * w.n, w.jitter_ms)
+    took = _create(client, ["* * * * * *"] * w.n, w.jitter_ms, prefix=w.name)
     res.extra["create_per_s"] = round(w.n / took, 0)
     start_ms = (math.floor(time.time()) + 4) * 1000  # warm-up: a few seconds of firing first
     end_ms = start_ms + w.duration_s * 1000
