@@ -46,6 +46,11 @@ def tag(element: str, content: object = "", /, **attrs: object) -> Markup:
     return Markup(f"<{element}{text}>{esc(content)}</{element}>")
 
 
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``1 job``, ``2 jobs`` (``plural``: when adding an s will not do)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def link(href: str, text: object) -> Markup:
     return tag("a", text, href=href)
 

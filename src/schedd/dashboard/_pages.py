@@ -10,6 +10,7 @@ from schedd.client import dst_notes, execution_note, job_state_word, lateness_ms
 from schedd.dashboard._csrf import FIELD
 from schedd.dashboard._html import (
     Markup,
+    counted,
     esc,
     fmt_ms,
     join,
@@ -144,7 +145,7 @@ def jobs_body(
               rows, id_="jobs")
         if rows else tag("p", "no jobs match", class_="empty")
     )  # fmt: skip
-    return join([form, tag("p", f"{len(rows)} jobs"), body])
+    return join([form, tag("p", counted(len(rows), "job")), body])
 
 
 def matches(job: job_pb2.Job, query: str, state: str) -> bool:
@@ -301,7 +302,7 @@ def runs_body(runs: Sequence[execution_pb2.Execution], state: str, query: str = 
     )  # fmt: skip
     params = urlencode([(k, v) for k, v in (("state", state), ("q", query)) if v])
     src = "/api/runs" + (f"?{params}" if params else "")
-    live = tag("p", f"{len(runs)} runs, updating every 2 s", id="live-status")
+    live = tag("p", f"{counted(len(runs), 'run')}, updating every 2 s", id="live-status")
     rows = (
         [(c := run_row(r))[0], job_cell(r.job_id, r.job_name), c[2], state_badge(c[3]), *c[4:]]
         for r in runs
@@ -328,7 +329,10 @@ def dead_body(
               tag("button", "Filter", type="submit")]),
         method="get", action="/dead", class_="filter",
     )  # fmt: skip
-    count = f"{len(dead)} of {total} dead letters match" if query else f"{total} dead letters"
+    n = len(dead)
+    count = counted(total, "dead letter")
+    if query:
+        count = f"{counted(n, 'dead letter')} {'matches' if n == 1 else 'match'} (of {total})"
     if not dead:
         empty = "no dead letters match" if query else "no dead letters"
         return join([form, tag("p", empty, class_="empty")])

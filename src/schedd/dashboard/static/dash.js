@@ -50,7 +50,7 @@ document.addEventListener("DOMContentLoaded", function () {
       rows.appendChild(tr);
     });
     body.replaceChildren(rows);
-    status.textContent = data.rows.length + " runs, updated " +
+    status.textContent = data.rows.length + (data.rows.length === 1 ? " run" : " runs") + ", updated " +
       new Date().toLocaleTimeString();
   }
 
