@@ -65,6 +65,12 @@ class NodeConfig:
             its fencing instant, and it dropped every partition (measured: docs/performance
             .md). Waiting here instead lets the next claim and settle rounds take larger
             batches (0: no bound).
+        commit_linger_ms: how long a partition's fenced write waits for other partitions'
+            writes to go with it in one store transaction (group commit; 0: only those of the
+            same event-loop pass). Results, claims and redeliveries wait up to this long; a
+            fire never does (firing writes nothing). None: 2 ms on etcd (a transaction is a
+            network round trip and a Raft proposal), 0 on the embedded store (its write-ahead
+            log already syncs concurrent transactions together).
         max_dispatch_backlog: while this many claimed executions wait in the node's dispatch
             queue for a worker (none has a credit free), partitions claim nothing: due
             entries stay durable in etcd and are claimed once the queue drains, late (the
@@ -116,6 +122,7 @@ class NodeConfig:
     claim_rate: float = 3000.0
     txn_items: int = 128
     max_write_txns: int = 4
+    commit_linger_ms: float | None = None
     max_dispatch_backlog: int = 20_000
     lease_timeout_ms: int = 15_000
     heartbeat_interval_ms: int = 3_000

@@ -51,16 +51,21 @@ from schedd.node._upkeep import StoreUpkeep
 from schedd.obs import Health, MetricsRecorder, NoopRecorder
 from schedd.store import (
     KV,
+    GroupCommit,
     JobStore,
     Keys,
     MeteredKV,
     PartitionStore,
+    RocksConfig,
     Sealer,
     open_store,
     prepare_keyring,
 )
 
 log = logging.getLogger(__name__)
+
+#: How long a partition's write waits for others on etcd (see NodeConfig.commit_linger_ms).
+ETCD_COMMIT_LINGER_MS = 2.0
 
 __all__ = ["VERSION", "Node", "NodeSurface"]
 
@@ -192,9 +197,7 @@ class Node:
             may_dispatch=fencing.may_act, live_until_ms=fencing.live_until_ms,
             authorize=tokens.authenticate if tokens is not None else None,
         )  # fmt: skip
-        # Write transactions in flight at once, shared by the partitions' stores.
-        limit = cfg.max_write_txns
-        self._write_gate = asyncio.Semaphore(limit) if limit > 0 else None
+        self._commits = self._group_commit()
         self.coordinator = Coordinator(
             self.kv, self.keys, cfg, clock, partitions, fencing,
             make_partition=self._make_partition, node_info=self._node_info,
@@ -284,12 +287,25 @@ class Node:
 
     def _make_partition(self, fence: Fence) -> Partition:
         store = PartitionStore(
-            self.kv, self.keys, fence, max_items=self.config.txn_items,
-            write_gate=self._write_gate, sealer=self.sealer,
+            self.kv, self.keys, fence, max_items=self.config.txn_items, sealer=self.sealer,
+            committer=self._commits,
         )  # fmt: skip
         return Partition(
             store, self.config, self.clock, self.history, self.policy, self.dispatcher,
             self.coordinator, recorder=self.recorder,
+        )  # fmt: skip
+
+    def _group_commit(self) -> GroupCommit:
+        """One group commit for the partitions' stores: it joins their batches in one
+        transaction and bounds the transactions in flight at once."""
+        cfg = self.config
+        limit = cfg.max_write_txns
+        linger = cfg.commit_linger_ms
+        if linger is None:
+            linger = 0.0 if isinstance(cfg.store, RocksConfig) else ETCD_COMMIT_LINGER_MS
+        return GroupCommit(
+            self.kv, linger_ms=linger, max_items=cfg.txn_items,
+            write_gate=asyncio.Semaphore(limit) if limit > 0 else None,
         )  # fmt: skip
 
     def _node_info(self) -> NodeInfo:

@@ -25,6 +25,7 @@ from schedd.model import (
 )
 from schedd.store._address import RocksConfig, StoreConfig, open_store, parse_store, store_address
 from schedd.store._envelope import EncryptionKey, Keyring, read_keyring_file
+from schedd.store._group import Committed, GroupCommit
 from schedd.store._jobs import JobStore
 from schedd.store._keys import (
     DEFAULT_PREFIX,
@@ -83,6 +84,7 @@ __all__ = [
     "NOTIFY_MAX_IDS",
     "RUN",
     "Applied",
+    "Committed",
     "Compare",
     "DueEntry",
     "EncryptionKey",
@@ -90,6 +92,7 @@ __all__ = [
     "EtcdKV",
     "FaultPlan",
     "Fence",
+    "GroupCommit",
     "Item",
     "JobState",
     "JobStore",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NewType
 
 from schedd._errors import FencedOut
+from schedd.store._group import Committed, GroupCommit
 from schedd.store._keys import Keys
 from schedd.store._records import (
     FIRE,
@@ -84,8 +85,12 @@ class PartitionStore:
         max_items: int = 128,
         write_gate: asyncio.Semaphore | None = None,
         sealer: Sealer | None = None,
+        committer: GroupCommit | None = None,
     ) -> None:
         self.kv = kv
+        # Shared by a node's partitions: joins their batches in one transaction (None: each
+        # batch is a transaction of its own).
+        self._committer = committer
         self.sealer = sealer = sealer or Sealer()
         self._encode_execution = sealer.execution_value
         self._read_execution = sealer.read_execution_lenient
@@ -275,8 +280,7 @@ class PartitionStore:
     async def _apply_chunk(self, items: Sequence[Item], start: int, end: int, out: Applied) -> None:
         """Applies ``items[start:end]`` in one transaction, or split if the store refuses it."""
         try:
-            async with self._write_gate:
-                resp = await self.kv.txn([self.fence.compare(self.kv.ops)], items[start:end])
+            resp = await self._commit(items[start:end])
         except TxnRejected as exc:
             if end - start == 1:
                 out.ok.append(False)
@@ -289,8 +293,19 @@ class PartitionStore:
             return
         if not resp.succeeded:
             raise FencedOut(self.partition, self.fence.epoch)
-        out.ok += resp.nested_outcomes()
+        out.ok += resp.outcomes
         out.revisions += [resp.revision] * (end - start)
+
+    async def _commit(self, items: Sequence[Item]) -> Committed:
+        """One fenced transaction of ``items`` (joined with other partitions' by the node's
+        group commit, when there is one)."""
+        if self._committer is not None:
+            return await self._committer.commit(self.fence, items)
+        async with self._write_gate:
+            resp = await self.kv.txn([self.fence.compare(self.kv.ops)], items)
+        if not resp.succeeded:
+            return Committed(False, [], 0)
+        return Committed(True, resp.nested_outcomes(), resp.revision)
 
     # -- item builders ------------------------------------------------------------------------
 
