@@ -81,6 +81,7 @@ class GroupCommit:
         self._waiting: list[_Batch] = []
         self._waiting_items = 0
         self._flush: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._sending: set[asyncio.Task[None]] = set()  # held here: the loop keeps weak refs
         #: Transactions sent, and batches they carried (a batch sent again alone counts again).
         self.transactions = 0
         self.batches = 0
@@ -113,7 +114,9 @@ class GroupCommit:
             self._flush = None
         group, self._waiting, self._waiting_items = self._waiting, [], 0
         if group:
-            asyncio.get_running_loop().create_task(self._send(group))
+            task = asyncio.get_running_loop().create_task(self._send(group))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
     async def _send(self, group: list[_Batch]) -> None:
         if len(group) == 1:
