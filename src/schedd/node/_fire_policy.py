@@ -74,6 +74,7 @@ class FirePolicy:
             says no, fires wait (re-armed shortly after), since a node that may have lost its
             lease must not hand out what a new owner hands out again.
         sealer: while it counts values it could not decrypt, what would carry one is refused.
+        recorder: where throttled fires are counted (nowhere by default).
         on_admitted: where fires that waited for their tenant's running slot go when let go.
         share: the fraction of the tenants' limits this node enforces (partitions owned /
             partitions).
