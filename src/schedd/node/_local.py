@@ -18,7 +18,6 @@ from schedd.history import History, Position, comes_after, list_order
 from schedd.node._coordination import Coordinator
 from schedd.node._live import OwnedPartitions
 from schedd.node._views import advancement, matches, merge_executions
-from schedd.store import parse_execution_id, partition_of
 from schedd.v1 import execution_pb2, peer_pb2, scheduler_pb2
 
 #: What a node publishes as its version (node records, cluster status).
@@ -71,8 +70,7 @@ class LocalReads:
         return merged[:limit], more
 
     def local_execution(self, execution_id: str) -> execution_pb2.Execution | None:
-        job_id, _ = parse_execution_id(execution_id)
-        part = self.partitions.get(partition_of(job_id, self.partitions.count))
+        part = self.partitions.of_execution(execution_id)
         live = part.live.get(execution_id) if part else None
         done = self.history.get(execution_id)
         found = [done] if done is not None else []

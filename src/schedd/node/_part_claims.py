@@ -85,11 +85,9 @@ class Claiming(PartitionCore):
         if batch:
             started = self.clock.monotonic()
             async with self.lock:
-                failed = await self._claim(batch)
+                await self._claim(batch)  # what failed is doubted (sort_out): re-read next
             self.pacer.observe(len(batch), self.clock.monotonic() - started)
             freeze_survivors()  # they all live until their fire: see schedd._gc
-            # A concurrent API change failed these: re-read them on the next round.
-            self.doubt(failed)
             return 0
         # Backlogged: the queue drains without waking this loop, so look again soon.
         wait_ms = BACKLOG_POLL_MS if backlogged else self.pacer.idle_wait_ms(self.window, now)
@@ -124,7 +122,8 @@ class Claiming(PartitionCore):
             freeze_survivors()
 
     async def _claim(self, entries: list[DueEntry]) -> list[str]:
-        """Claims these due entries in batched fenced txns; returns the jobs whose claim failed.
+        """Claims these due entries in batched fenced txns; returns the jobs whose claim failed
+        (doubted already: the next round re-reads them).
 
         The entries left memory when they were taken: if a store call fails (or its outcome
         is unknown), every job not yet known to be claimed is doubted before the error goes
@@ -152,7 +151,7 @@ class Claiming(PartitionCore):
                 failed += await self._claim_chunk(entries[done : done + step], runs)
                 await self._yield_to_fires()
         except SchedError:  # FencedOut too: the partition's next owner reads the store anyway
-            self.doubt([*failed, *(e.job_id for e in entries[done:])])
+            self.doubt(e.job_id for e in entries[done:])  # the chunks before: sorted out
             raise
         return failed
 

@@ -156,13 +156,24 @@ class GroupCommit:
             batch.done.set_exception(exc)
 
     async def _alone(self, fence: Fence, items: Sequence[Item]) -> Committed:
-        async with self._gate:
-            self.transactions += 1
-            self.batches += 1
-            resp = await self.kv.txn([fence.compare(self.kv.ops)], items)
-        if not resp.succeeded:
-            return Committed(False, [], 0)
-        return Committed(True, resp.nested_outcomes(), resp.revision)
+        self.transactions += 1
+        self.batches += 1
+        return await commit_alone(self.kv, fence, items, self._gate)
+
+
+async def commit_alone(
+    kv: KV,
+    fence: Fence,
+    items: Sequence[Item],
+    gate: contextlib.AbstractAsyncContextManager[object],
+) -> Committed:
+    """``items`` in one transaction of their own under ``fence`` (``gate`` held while it is in
+    flight). Raises what the store raises (:class:`TxnRejected` included)."""
+    async with gate:
+        resp = await kv.txn([fence.compare(kv.ops)], items)
+    if not resp.succeeded:
+        return Committed(False, [], 0)
+    return Committed(True, resp.nested_outcomes(), resp.revision)
 
 
 def _distinct_fences(group: Sequence[_Batch]) -> list[_Batch]:

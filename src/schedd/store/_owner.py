@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import NewType
 
 from schedd._errors import FencedOut
-from schedd.store._group import Committed, GroupCommit
+from schedd.store._group import Committed, GroupCommit, commit_alone
 from schedd.store._keys import Keys
 from schedd.store._records import (
     FIRE,
@@ -301,11 +301,7 @@ class PartitionStore:
         group commit, when there is one)."""
         if self._committer is not None:
             return await self._committer.commit(self.fence, items)
-        async with self._write_gate:
-            resp = await self.kv.txn([self.fence.compare(self.kv.ops)], items)
-        if not resp.succeeded:
-            return Committed(False, [], 0)
-        return Committed(True, resp.nested_outcomes(), resp.revision)
+        return await commit_alone(self.kv, self.fence, items, self._write_gate)
 
     # -- item builders ------------------------------------------------------------------------
 
