@@ -40,7 +40,6 @@ def test_only_fires_after_every_kept_one_go_back() -> None:
 def _job(job_id: str) -> job_pb2.Job:
     spec = job_pb2.Job(
         id=job_id,
-        tenant="acme",
         name="every minute",
         schedule=job_pb2.Schedule(expr="@every 1m", timezone="UTC"),
         handler=job_pb2.HandlerTarget(name="noop", queue="q"),

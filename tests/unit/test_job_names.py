@@ -19,13 +19,12 @@ NOW = 1_700_000_000_000
 
 def _job(job_id: str, name: str, tenant: str = "acme") -> job_pb2.Job:
     spec = job_pb2.Job(
-        id=job_id,
         tenant=tenant,
         name=name,
         schedule=job_pb2.Schedule(expr="@every 1h", timezone="UTC"),
         handler=job_pb2.HandlerTarget(name="noop", queue="q"),
     )
-    return validate_new_job(spec, now_ms=NOW, id_factory=lambda: "")
+    return validate_new_job(spec, now_ms=NOW, id_factory=lambda: job_id)
 
 
 def _store() -> tuple[MemoryKV, Keys, JobStore]:

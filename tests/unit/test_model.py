@@ -98,7 +98,7 @@ def test_defaults_are_filled_in_on_a_copy() -> None:
 
 def test_given_values_are_kept_and_nfc_normalised() -> None:
     job = _new(_job(id="my-job", tenant="acme", name="Cafe\u0301", timeout_ms=30_000))
-    assert (job.id, job.tenant, job.timeout_ms) == ("my-job", "acme", 30_000)
+    assert (job.id, job.tenant, job.timeout_ms) == ("acme:my-job", "acme", 30_000)
     assert job.name == "Caf\u00e9"
 
 

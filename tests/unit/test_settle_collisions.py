@@ -57,7 +57,6 @@ class Rejections(NoopRecorder):
 def _job(job_id: str) -> job_pb2.Job:
     spec = job_pb2.Job(
         id=job_id,
-        tenant="acme",
         name=job_id,
         schedule=job_pb2.Schedule(expr="@every 1h", timezone="UTC"),
         handler=job_pb2.HandlerTarget(name="noop", queue="q"),

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from schedd._errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unauthenticated
 from schedd.auth._caller import ADMIN, ROLES, WORKER, Caller
-from schedd.model import check_text
+from schedd.model import check_tenant, check_text
 from schedd.store import KV, Keys, KeyValue, prefix_end
 from schedd.v1 import auth_pb2
 
@@ -85,14 +85,14 @@ def validate_new_token(token: auth_pb2.ApiToken, ttl_ms: int) -> auth_pb2.ApiTok
             )
             raise InvalidArgument("token.tenant", f"must be empty: {who}")
     else:
-        out.tenant = check_text("token.tenant", token.tenant, required=True)
+        out.tenant = check_tenant("token.tenant", token.tenant, required=True)
     if role != WORKER and (token.queues or token.tenants):
         field = "token.queues" if token.queues else "token.tenants"
         raise InvalidArgument(field, "only worker tokens are limited to queues and tenants")
     for n, q in enumerate(token.queues):
         out.queues.append(check_text(f"token.queues[{n}]", q, required=True))
     for n, t in enumerate(token.tenants):
-        out.tenants.append(check_text(f"token.tenants[{n}]", t, required=True))
+        out.tenants.append(check_tenant(f"token.tenants[{n}]", t, required=True))
     if len(token.description.encode()) > 256:
         raise InvalidArgument("token.description", "at most 256 bytes")
     out.description = token.description

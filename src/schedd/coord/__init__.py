@@ -27,7 +27,14 @@ session lease takes the keys with it when it expires).
 """
 
 from schedd.coord._membership import Membership, NodeInfo
-from schedd.coord._meta import FORMAT_VERSION, ClusterMeta, init_cluster, read_cluster
+from schedd.coord._meta import (
+    FORMAT_VERSION,
+    ClusterMeta,
+    check_format,
+    init_cluster,
+    read_cluster,
+    write_format,
+)
 from schedd.coord._mirror import PrefixMirror
 from schedd.coord._ownership import (
     OwnershipConfig,
@@ -48,8 +55,10 @@ __all__ = [
     "PartitionOwnership",
     "PrefixMirror",
     "Session",
+    "check_format",
     "init_cluster",
     "preference_order",
     "read_cluster",
     "rendezvous_score",
+    "write_format",
 ]

@@ -12,8 +12,11 @@ from schedd.store import KV, Keys
 
 log = logging.getLogger(__name__)
 
-#: The layout version this code writes and understands.
-FORMAT_VERSION = 1
+#: The layout version this code writes and understands. What each version changed (the
+#: message that names an older store's format says it):
+#: 2: job ids scoped by tenant (``acme:nightly``); ``schedd store migrate`` renames jobs.
+FORMAT_VERSION = 2
+FORMAT_CHANGES = {2: "job ids scoped by tenant"}
 #: Owner keys are zero-padded to 4 digits, so key order is partition order up to this.
 MAX_PARTITIONS = 9999
 
@@ -89,6 +92,47 @@ async def init_cluster(kv: KV, keys: Keys, partitions: int) -> ClusterMeta:
             partitions,
         )
     return stored
+
+
+def check_format(meta: ClusterMeta) -> None:
+    """Refuses a store of another format than this code's.
+
+    Raises:
+        FailedPrecondition: an older format (naming it and ``schedd store migrate``), or a
+            newer one (a newer schedd wrote it).
+    """
+    have = meta.format_version
+    if have < FORMAT_VERSION:
+        changes = ", ".join(FORMAT_CHANGES[v] for v in range(have + 1, FORMAT_VERSION + 1))
+        raise FailedPrecondition(
+            f"the store holds cluster format {have}; this schedd needs format {FORMAT_VERSION}"
+            f" ({changes}): stop every node and run 'schedd store migrate' with the same"
+            " store flags"
+        )
+    if have > FORMAT_VERSION:
+        raise FailedPrecondition(
+            f"the store holds cluster format {have}, newer than this schedd's"
+            f" ({FORMAT_VERSION}): run a newer schedd"
+        )
+
+
+async def write_format(kv: KV, keys: Keys, version: int) -> ClusterMeta:
+    """Sets the cluster's format version (compared on the meta's revision).
+
+    Raises:
+        FailedPrecondition: no cluster, or its meta changed meanwhile.
+    """
+    key = keys.meta_key()
+    found = await kv.get(key)
+    if found is None:
+        raise FailedPrecondition("no cluster under this prefix (meta/cluster is absent)")
+    meta = ClusterMeta.from_json(found.value)
+    meta.format_version = version
+    ops = kv.ops
+    resp = await kv.txn([ops.cmp_mod(key, found.mod_revision)], [ops.put(key, meta.to_json())])
+    if not resp.succeeded:
+        raise FailedPrecondition("meta/cluster changed during the migration; run it again")
+    return meta
 
 
 async def read_cluster(kv: KV, keys: Keys) -> ClusterMeta | None:

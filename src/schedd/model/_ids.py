@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 
 from schedd._errors import InvalidArgument
-from schedd.model._fields import validate_id
+from schedd.model._fields import check_text, validate_id
+
+#: The default tenant: the tenant of a job created without one, and the only tenant whose
+#: chosen job ids are not prefixed (``"nightly"``, not ``"default:nightly"``).
+DEFAULT_TENANT = "default"
+#: Separates a tenant from the ids its clients chose: ``"acme:nightly"`` (tenant names may
+#: not contain it).
+TENANT_SEP = ":"
+_GENERATED = re.compile(r"^j-[a-z2-7]{20}$")
 
 
 class _JobIds:
@@ -31,6 +40,57 @@ class _JobIds:
 
 #: A fresh random job id: ``"j-"`` and 20 lowercase base32 characters (100 bits).
 new_job_id = _JobIds()
+
+
+def is_generated_id(job_id: str) -> bool:
+    """Whether ``job_id`` has the shape of an id :data:`new_job_id` makes (100 random bits:
+    unique in every tenant without a prefix, and not guessable)."""
+    return _GENERATED.match(job_id) is not None
+
+
+def check_tenant(field: str, value: str, *, required: bool = False) -> str:
+    """Check a tenant name: :func:`check_text`, and no ``":"`` (it separates a tenant from
+    its jobs' chosen ids)."""
+    tenant = check_text(field, value, required=required)
+    if TENANT_SEP in tenant:
+        raise InvalidArgument(field, f"must not contain {TENANT_SEP!r} (it prefixes job ids)")
+    return tenant
+
+
+def id_namespace(job_id: str) -> str | None:
+    """The tenant whose namespace ``job_id`` is in: the part before ``":"``; None for an id
+    without one (the default tenant's chosen ids, and generated ids, which any tenant has)."""
+    tenant, sep, _ = job_id.partition(TENANT_SEP)
+    return tenant if sep else None
+
+
+def scoped_job_id(tenant: str, chosen: str, field: str = "job.id") -> str:
+    """The id of a job whose client chose ``chosen`` as its id, in ``tenant``.
+
+    Job ids are scoped by tenant: a tenant's chosen ids are prefixed with its name and
+    ``":"`` (``"nightly"`` in tenant ``acme`` is ``"acme:nightly"``, and so is
+    ``"acme:nightly"``; ``"bolt:x"`` is ``"acme:bolt:x"``), so two tenants may both choose
+    ``"nightly"``, and a create never tells a tenant whether another tenant's id exists.
+    The default tenant's chosen ids keep no prefix, and so may not contain ``":"`` nor have
+    a generated id's shape: generated ids (``"j-"`` and 20 random characters) are unique in
+    every tenant and never prefixed.
+
+    Raises:
+        InvalidArgument: the default tenant's id contains ``":"`` (other than its own
+            ``"default:"``) or looks generated. The answer depends on the strings only.
+    """
+    if tenant != DEFAULT_TENANT:
+        return chosen if id_namespace(chosen) == tenant else f"{tenant}{TENANT_SEP}{chosen}"
+    bare = chosen.removeprefix(DEFAULT_TENANT + TENANT_SEP)
+    if TENANT_SEP in bare:
+        raise InvalidArgument(
+            field,
+            f"{chosen!r}: ids with {TENANT_SEP!r} are other tenants' ({id_namespace(bare)!r});"
+            " the default tenant's ids have none",
+        )
+    if is_generated_id(bare):
+        raise InvalidArgument(field, f"{chosen!r}: ids of this shape are generated ones")
+    return bare
 
 
 def execution_id(job_id: str, scheduled_ms: int) -> str:

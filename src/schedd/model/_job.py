@@ -19,12 +19,12 @@ from schedd.model._fields import (
     check_payload,
     check_text,
 )
+from schedd.model._ids import DEFAULT_TENANT, check_tenant, scoped_job_id
 from schedd.v1 import job_pb2
 
 if TYPE_CHECKING:
     from schedd.schedule import Schedule
 
-DEFAULT_TENANT = "default"
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEZONE = "UTC"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -74,8 +74,9 @@ def validate_new_job_parsed(
     out.CopyFrom(job)
     for name in OUTPUT_FIELDS:
         out.ClearField(name)  # type: ignore[arg-type]
-    out.id = check_text("job.id", out.id) or id_factory()
-    out.tenant = check_text("job.tenant", out.tenant) or DEFAULT_TENANT
+    out.tenant = check_tenant("job.tenant", out.tenant) or DEFAULT_TENANT
+    chosen = check_text("job.id", out.id)
+    out.id = scoped_job_id(out.tenant, chosen) if chosen else id_factory()
     out.idempotency_key = check_text("job.idempotency_key", out.idempotency_key)
     schedule = normalise_spec(out, anchor_ms=now_ms)
     out.created_ms = now_ms

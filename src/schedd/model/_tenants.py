@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from schedd._errors import InvalidArgument
-from schedd.model._fields import check_text
+from schedd.model._ids import check_tenant
 from schedd.v1 import scheduler_pb2
 
 #: The largest rate, burst or running-at-once a tenant may be given.
@@ -27,7 +27,7 @@ def validate_tenant_limits(limits: scheduler_pb2.TenantLimits) -> scheduler_pb2.
             over the maximum, a burst without a rate, a negative or too large burst or
             max_running, or no limit at all (delete the tenant's limits instead).
     """
-    tenant = check_text("limits.tenant", limits.tenant, required=True)
+    tenant = check_tenant("limits.tenant", limits.tenant, required=True)
     rate = limits.rate
     if not math.isfinite(rate) or rate < 0:
         raise InvalidArgument("limits.rate", "must be a finite number >= 0 (fires per second)")

@@ -28,7 +28,7 @@ from schedd._clock import Clock, SystemClock
 from schedd._errors import EncryptionKeyError
 from schedd._supervise import supervised
 from schedd.auth import ApiGate, ApiQuotas
-from schedd.coord import Fence, NodeInfo, init_cluster
+from schedd.coord import Fence, NodeInfo, check_format, init_cluster
 from schedd.dispatch import DispatchConfig, Dispatcher
 from schedd.history import History, HistoryPruner
 from schedd.node._access import Access
@@ -170,6 +170,7 @@ class Node:
         kv = self._given_kv or await open_store(cfg.store, clock=self.clock)
         self.kv: KV = MeteredKV(kv, self._store_request) if self._metered else kv
         meta = await init_cluster(self.kv, self.keys, cfg.partitions)
+        check_format(meta)
         await self._check_keys()
         if meta.partitions != cfg.partitions:
             log.warning(

@@ -40,6 +40,7 @@ from schedd.store._keys_in_use import (
     read_keys_in_use,
 )
 from schedd.store._metered import MeteredKV
+from schedd.store._migrate import MigrateSummary, migrate_ids, needs_scoping
 from schedd.store._notify import NOTIFY_MAX_IDS, Notice
 from schedd.store._owner import Applied, Item, JobView, PartitionStore
 from schedd.store._records import (
@@ -104,6 +105,7 @@ __all__ = [
     "KeysInUse",
     "MemoryKV",
     "MeteredKV",
+    "MigrateSummary",
     "Notice",
     "Op",
     "OpBuilder",
@@ -132,6 +134,8 @@ __all__ = [
     "execution_id",
     "execution_template",
     "limits_by_tenant",
+    "migrate_ids",
+    "needs_scoping",
     "new_execution",
     "open_store",
     "parse_execution_id",

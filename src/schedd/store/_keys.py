@@ -83,6 +83,9 @@ class Keys:
     def job_key(self, job_id: str) -> bytes:
         return self.jobs_prefix() + job_id.encode()
 
+    def parse_job_key(self, key: bytes) -> str:
+        return key[len(self.jobs_prefix()) :].decode()
+
     def states_prefix(self) -> bytes:
         return self.prefix + b"state/"
 
@@ -138,8 +141,11 @@ class Keys:
         """Set once every job stored before names were unique has its name key."""
         return self.prefix + b"meta/names-indexed"
 
+    def idem_prefix(self, tenant: str) -> bytes:
+        return self.prefix + f"idem/{tenant}/".encode()
+
     def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
-        return self.prefix + f"idem/{tenant}/".encode() + idempotency_key.encode()
+        return self.idem_prefix(tenant) + idempotency_key.encode()
 
     # -- due index ------------------------------------------------------------------------------
     def due_prefix(self, partition: int) -> bytes:
