@@ -100,6 +100,7 @@ def etcd_metrics(endpoint: str) -> dict[str, float]:
         "etcd_mvcc_put_total": "put",
         "etcd_mvcc_delete_total": "delete",
         "etcd_debugging_mvcc_current_revision": "revision",
+        "etcd_disk_wal_write_bytes_total": "wal_bytes",
     }
     with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as resp:
         text = resp.read().decode()

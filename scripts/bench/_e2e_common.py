@@ -106,6 +106,10 @@ class Result:
     lost: int | None = None
     etcd_txns_per_exec: float | None = None
     etcd_writes_per_exec: float | None = None
+    #: What the store wrote per fire (etcd or the embedded store): keys created, changed or
+    #: deleted, and write-ahead-log bytes.
+    store_keys_per_fire: float | None = None
+    store_bytes_per_fire: float | None = None
     durable_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -184,6 +188,8 @@ _COLUMNS = (
     ("lost", 7, "{}"),
     ("etcd_txns_per_exec", 9, "{:.2f}"),
     ("etcd_writes_per_exec", 9, "{:.2f}"),
+    ("store_keys_per_fire", 9, "{:.2f}"),
+    ("store_bytes_per_fire", 9, "{:.0f}"),
     ("durable_s", 8, "{:.2f}"),
     ("total_cpu_us_per_fire", 8, "{:.0f}"),
 )
@@ -198,6 +204,8 @@ _HEADS = (
     "lost",
     "txn/exec",
     "wr/exec",
+    "keys/fire",
+    "B/fire",
     "durable s",
     "cpu us",
 )

@@ -93,6 +93,25 @@ def _metrics(cluster: Cluster) -> dict[str, float]:
     return etcd_metrics(cluster.etcd.endpoint) if cluster.etcd is not None else {}
 
 
+def _writes(cluster: Cluster, client: Client) -> dict[str, float]:
+    """What the store has written: keys (created, changed, deleted) and write-ahead-log bytes;
+    etcd's own counters, or what the node reports of its embedded store."""
+    if cluster.etcd is not None:
+        m = etcd_metrics(cluster.etcd.endpoint)
+        return {"keys": m["put"] + m["delete"], "bytes": m["wal_bytes"]}
+    nodes = client.cluster_status().nodes
+    return {
+        "keys": float(sum(n.store_keys_written for n in nodes)),
+        "bytes": float(sum(n.store_bytes_written for n in nodes)),
+    }
+
+
+def _store_cost(res: Result, w0: dict[str, float], w1: dict[str, float], fires: int) -> None:
+    if fires:
+        res.store_keys_per_fire = round((w1["keys"] - w0["keys"]) / fires, 2)
+        res.store_bytes_per_fire = round((w1["bytes"] - w0["bytes"]) / fires, 0)
+
+
 def run_once(
     w: Workload,
     root: Path,
@@ -160,7 +179,7 @@ def _one_shot(
     rss1 = cluster.rss()
     for name in ("node", "etcd"):  # jobs stored, not due in the window
         res.extra[f"{name}_kib_per_stored_job"] = _kib_per(rss0, rss1, name, far)
-    before = _metrics(cluster)
+    before, w_before = _metrics(cluster), _writes(cluster, client)
     took = _create(client, schedules, w.jitter_ms, prefix=w.name)
     est.create_per_s = w.n / took
     res.extra["create_per_s"] = round(w.n / took, 0)
@@ -170,16 +189,20 @@ def _one_shot(
         f"  schedd {w.name}: created {w.n} jobs in {took:.1f}s;"
         f" fire in {(t_ms / 1000 - time.time()):.1f}s"
     )
-    m0 = _metrics(cluster)
+    m0, w0 = _metrics(cluster), _writes(cluster, client)
     m0["_wall"] = time.time()
     c0 = cluster.cpu()
+    # Claims may begin while jobs are still being created (a big burst is claimed long
+    # ahead): the store's writes count from before creation, less creation's own cost as
+    # measured above (so do etcd's counters when the probe saw such claims).
+    for key in w0:
+        w0[key] = w_before[key] + per_job[f"w_{key}"] * w.n
     early = probe.runs_count() if probe is not None else 0
     if early:
-        # Claims began while jobs were still being created (a big burst is claimed long
-        # ahead): count from before creation, less creation's own cost as measured above.
         res.extra["claimed_during_creation"] = early
         for key, cost in per_job.items():
-            m0[key] = before[key] + cost * w.n
+            if key in before:
+                m0[key] = before[key] + cost * w.n
     _sleep_until(t_ms / 1000.0 - 0.25)
     if probe is not None:
         res.extra["claimed_before_fire"] = probe.runs_count()
@@ -193,7 +216,7 @@ def _one_shot(
         _poll_zero(probe, probe.runs_count, max(30.0, w.n / 1000)) if probe is not None else None
     )
     end_wall = time.time()
-    m1 = _metrics(cluster)
+    m1, w1 = _metrics(cluster), _writes(cluster, client)
     c1 = cluster.cpu()
     recs = log.records()
     sched = {eid: ms for eid, ms, _ in recs}
@@ -206,6 +229,7 @@ def _one_shot(
     res.lost = w.n - len(first)
     res.extra["dup"] = len(recs) - len(first)
     res.extra.update(cpu_cost(c0, c1, len(first)))
+    _store_cost(res, w0, w1, len(first))
     if probe is None:
         return
     _etcd_cost(res, m0, m1, len(first), res.extra["etcd_bg_rev_per_s"], end_wall - m0["_wall"])
@@ -226,13 +250,14 @@ def _kib_per(before: dict[str, float], after: dict[str, float], name: str, n: in
 def _creation_cost(client: Client, cluster: Cluster, n: int = CHUNK) -> dict[str, float]:
     """etcd's counters per created job, from ``n`` jobs due in a year (never claimed); none
     on the embedded store (the jobs are created all the same: the node holds as many)."""
-    m0 = _metrics(cluster)
+    m0, w0 = _metrics(cluster), _writes(cluster, client)
     far = (math.floor(time.time()) + 365 * 86400) * 1000.0
     _create(client, [_at(far + i * 1000) for i in range(n)], prefix="far")
-    m1 = _metrics(cluster)
-    if not m0:
-        return {}
-    return {k: (m1[k] - m0[k]) / n for k in ("revision", "put", "delete", "txn")}
+    m1, w1 = _metrics(cluster), _writes(cluster, client)
+    out = {f"w_{k}": (w1[k] - w0[k]) / n for k in w0}
+    if m0:
+        out.update({k: (m1[k] - m0[k]) / n for k in ("revision", "put", "delete", "txn")})
+    return out
 
 
 def _etcd_cost(
@@ -271,11 +296,11 @@ def _sustained(
         f"{w.duration_s}s from T+{start_ms / 1000 - time.time():.1f}s"
     )
     _sleep_until(start_ms / 1000.0)
-    m0 = _metrics(cluster)
+    m0, w0 = _metrics(cluster), _writes(cluster, client)
     m0["_wall"] = time.time()
     c0 = cluster.cpu()
     _sleep_until(end_ms / 1000.0)
-    m1 = _metrics(cluster)
+    m1, w1 = _metrics(cluster), _writes(cluster, client)
     c1 = cluster.cpu()
     log = StartLog(cluster.record)
     in_window = 0
@@ -309,6 +334,7 @@ def _sustained(
     started = sum(1 for _e, _ms, ns in log.records() if c0["_epoch_ns"] <= ns < c1["_epoch_ns"])
     res.extra["started_in_window"] = started
     res.extra.update(cpu_cost(c0, c1, started))
+    _store_cost(res, w0, w1, started)
     if probe is None:
         return
     _etcd_cost(res, m0, m1, w.expected, res.extra["etcd_bg_rev_per_s"], w.duration_s)

@@ -38,7 +38,7 @@ from typing import Any
 from schedd._clock import ManualClock
 from schedd._errors import FencedOut, Unavailable
 from schedd.coord import Fence, Membership, NodeInfo, OwnershipConfig, PartitionOwnership, Session
-from schedd.store import KeyValue, MemoryKV, WatchBatch
+from schedd.store import KeyValue, MemoryKV, StoreWrites, WatchBatch
 from schedd.store._owner import Item
 from schedd.store.abc import Compare, Op
 from sim._fires import FireRunner
@@ -100,6 +100,9 @@ class GatedKV:
         if self.cut_off:
             raise Unavailable("sim: cut off from the store, answer lost")
         return result
+
+    def writes(self) -> StoreWrites | None:
+        return self._kv.writes()
 
     async def close(self) -> None:
         """A node never closes the shared store."""

@@ -184,6 +184,9 @@ def _apply_reports(
         entry.eligible = report.eligible
         entry.ineligible_reason = report.ineligible_reason
         entry.owned.extend(report.owned)
+        entry.store_writes_known = report.store_writes_known
+        entry.store_keys_written = report.store_keys_written
+        entry.store_bytes_written = report.store_bytes_written
         entry.reported = True
 
 

@@ -18,6 +18,7 @@ from schedd.history import History, Position, comes_after, list_order
 from schedd.node._coordination import Coordinator
 from schedd.node._live import OwnedPartitions
 from schedd.node._views import advancement, matches, merge_executions
+from schedd.store import StoreWrites
 from schedd.v1 import execution_pb2, peer_pb2, scheduler_pb2
 
 #: What a node publishes as its version (node records, cluster status).
@@ -38,8 +39,10 @@ class LocalReads:
         dispatcher: Dispatcher,
         coordinator: Coordinator,
         cluster_id: str,
+        store_writes: Callable[[], StoreWrites | None] = lambda: None,
     ) -> None:
         self.node_id = node_id
+        self._store_writes = store_writes
         self._address = address
         self.started_ms = started_ms
         self.clock = clock
@@ -113,6 +116,10 @@ class LocalReads:
         if ownership is not None:
             for p, fence in sorted(ownership.owned().items()):
                 me.owned.add(partition=p, owner=self.node_id, epoch=fence.epoch)
+        writes = self._store_writes()
+        if writes is not None:
+            me.store_writes_known = True
+            me.store_keys_written, me.store_bytes_written = writes.keys, writes.bytes
         return peer_pb2.LocalStatus(node=me, workers=self.dispatcher.workers())
 
     async def membership_status(self) -> scheduler_pb2.ClusterStatus:

@@ -215,7 +215,7 @@ class Node:
         )  # fmt: skip
         self.local = LocalReads(
             cfg.node_id, lambda: self.address, self.started_ms, clock, self.history,
-            partitions, self.dispatcher, self.coordinator, self.cluster_id,
+            partitions, self.dispatcher, self.coordinator, self.cluster_id, self.kv.writes,
         )  # fmt: skip
         access = self.access
         self.api = NodeApi(

@@ -6,7 +6,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
-from schedd.store._types import KeyValue, WatchBatch
+from schedd.store._types import KeyValue, StoreWrites, WatchBatch
 from schedd.store.abc import KV, Compare, Op, OpBuilder, TxnResult
 
 T = TypeVar("T")
@@ -36,6 +36,9 @@ class MeteredKV:
     @property
     def ops(self) -> OpBuilder:
         return self.inner.ops
+
+    def writes(self) -> StoreWrites | None:
+        return self.inner.writes()
 
     async def close(self) -> None:
         await self.inner.close()

@@ -29,6 +29,21 @@ class KeyValue(NamedTuple):
     lease: int = 0
 
 
+@dataclass
+class StoreWrites:
+    """What a store process has written since it opened the store (counted by the backends
+    that write themselves; etcd counts its own, in its metrics).
+
+    Attributes:
+        keys: keys created, changed or deleted.
+        bytes: bytes handed to the store's write-ahead log (keys, values and the store's own
+            records: the change log, the lease index, the revision).
+    """
+
+    keys: int = 0
+    bytes: int = 0
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     """One change: ``kind`` is ``"put"`` or ``"delete"``; ``kv.value`` is empty on delete."""

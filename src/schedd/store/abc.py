@@ -52,7 +52,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, TypeAlias
 
 from schedd._errors import SchedError, Unavailable
-from schedd.store._types import KeyValue, WatchBatch
+from schedd.store._types import KeyValue, StoreWrites, WatchBatch
 
 #: A compare made by :meth:`OpBuilder.cmp_create` or :meth:`OpBuilder.cmp_mod`: opaque.
 Compare: TypeAlias = object
@@ -168,6 +168,11 @@ class KV(Protocol):
 
     async def close(self) -> None:
         """Releases the connection; the object is unusable afterwards."""
+        ...
+
+    def writes(self) -> StoreWrites | None:
+        """What this process wrote since it opened the store; None when the backend does not
+        count (etcd: its own metrics do)."""
         ...
 
     # -- reads -------------------------------------------------------------------------------

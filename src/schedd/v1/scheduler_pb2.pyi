@@ -1078,6 +1078,9 @@ class NodeStatus(_message.Message):
     INELIGIBLE_REASON_FIELD_NUMBER: _builtins.int
     OWNED_FIELD_NUMBER: _builtins.int
     REPORTED_FIELD_NUMBER: _builtins.int
+    STORE_WRITES_KNOWN_FIELD_NUMBER: _builtins.int
+    STORE_KEYS_WRITTEN_FIELD_NUMBER: _builtins.int
+    STORE_BYTES_WRITTEN_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     version: _builtins.str
@@ -1095,6 +1098,14 @@ class NodeStatus(_message.Message):
     ineligible_reason: _builtins.str
     reported: _builtins.bool
     """Whether this entry carries the node's own report (it answered)."""
+    store_writes_known: _builtins.bool
+    """What the node wrote to the store since it started, when the store counts it (the
+    embedded store; etcd counts its own: etcd_mvcc_put_total, etcd_disk_wal_write_bytes_total).
+    """
+    store_keys_written: _builtins.int
+    """Keys created, changed or deleted."""
+    store_bytes_written: _builtins.int
+    """Bytes handed to the store's write-ahead log."""
     @_builtins.property
     def owned(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]:
         """The partitions it runs now, with the epoch of its fence on each."""
@@ -1114,10 +1125,13 @@ class NodeStatus(_message.Message):
         ineligible_reason: _builtins.str = ...,
         owned: _abc.Iterable[Global___PartitionStatus] | None = ...,
         reported: _builtins.bool = ...,
+        store_writes_known: _builtins.bool = ...,
+        store_keys_written: _builtins.int = ...,
+        store_bytes_written: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "clock_ms", b"clock_ms", "clock_skew_known", b"clock_skew_known", "clock_skew_ms", b"clock_skew_ms", "eligible", b"eligible", "ineligible_reason", b"ineligible_reason", "node_id", b"node_id", "owned", b"owned", "partitions_owned", b"partitions_owned", "reported", b"reported", "started_ms", b"started_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "clock_ms", b"clock_ms", "clock_skew_known", b"clock_skew_known", "clock_skew_ms", b"clock_skew_ms", "eligible", b"eligible", "ineligible_reason", b"ineligible_reason", "node_id", b"node_id", "owned", b"owned", "partitions_owned", b"partitions_owned", "reported", b"reported", "started_ms", b"started_ms", "store_bytes_written", b"store_bytes_written", "store_keys_written", b"store_keys_written", "store_writes_known", b"store_writes_known", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -23,7 +23,14 @@ from etcd3aio import Etcd3Client, EtcdError
 from etcd3aio._protobuf import rpc_pb2  # type: ignore[attr-defined]
 
 from schedd._errors import SchedError, Unavailable
-from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
+from schedd.store._types import (
+    KeyValue,
+    RevisionCompacted,
+    StoreWrites,
+    WatchBatch,
+    WatchCompacted,
+    WatchEvent,
+)
 from schedd.store.abc import KV, KeyValueView, TxnRejected
 from schedd.store.etcd._wire import EtcdOps, request, w_get
 
@@ -220,6 +227,11 @@ class EtcdKV:
         )
         await client.connect()
         return cls(config, client)
+
+    def writes(self) -> StoreWrites | None:
+        """None: etcd counts what it writes itself (``etcd_mvcc_put_total``,
+        ``etcd_disk_wal_write_bytes_total``)."""
+        return None
 
     async def close(self) -> None:
         await self._client.close()

@@ -43,7 +43,14 @@ from schedd.store._tuple_ops import (
     plan,
     run_steps,
 )
-from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
+from schedd.store._types import (
+    KeyValue,
+    RevisionCompacted,
+    StoreWrites,
+    WatchBatch,
+    WatchCompacted,
+    WatchEvent,
+)
 from schedd.store.abc import KV, Compare, Op
 
 
@@ -89,6 +96,7 @@ class MemoryKV:
         self.faults: FaultPlan | None = None
         self._revision = 1  # like a fresh etcd
         self._compacted = 0
+        self._writes = StoreWrites()
         self._live: SortedDict = SortedDict()  # key -> KeyValue, as of now
         self._history: SortedDict = SortedDict()  # key -> [(revision, KeyValue | None)]
         self._events: list[tuple[int, list[WatchEvent]]] = []  # per revision, since compaction
@@ -102,6 +110,9 @@ class MemoryKV:
     def revision(self) -> int:
         """The current revision (for tests and simulations)."""
         return self._revision
+
+    def writes(self) -> StoreWrites:
+        return StoreWrites(self._writes.keys, self._writes.bytes)
 
     async def close(self) -> None:
         self._closed = True
@@ -354,6 +365,8 @@ class _Writer:
             kv._live[key] = new
         kv._history.setdefault(key, []).append((self.revision, new))
         self.events.append(event)
+        kv._writes.keys += 1
+        kv._writes.bytes += len(key) + (len(new.value) if new is not None else 0)
 
     def commit(self) -> None:
         if not self.events:

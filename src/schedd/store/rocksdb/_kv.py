@@ -53,7 +53,14 @@ from schedd.store._tuple_ops import (
     plan,
     run_steps,
 )
-from schedd.store._types import KeyValue, RevisionCompacted, WatchBatch, WatchCompacted, WatchEvent
+from schedd.store._types import (
+    KeyValue,
+    RevisionCompacted,
+    StoreWrites,
+    WatchBatch,
+    WatchCompacted,
+    WatchEvent,
+)
 from schedd.store.abc import KV, Compare, Op, StoreFailed
 from schedd.store.rocksdb._layout import COMPACTED_KEY, LEASE_KEY, Change, log_key, u64
 from schedd.store.rocksdb._live import LiveKeys
@@ -97,6 +104,7 @@ class RocksKV:
         self._compacted = meta.compacted
         self._next_lease = meta.next_lease
         self._written = 0  # batches written, and how many of them a sync covered
+        self._writes = StoreWrites()
         self._synced = 0
         self._syncs = 0
         self._syncing: asyncio.Future[None] | None = None
@@ -158,6 +166,9 @@ class RocksKV:
         """Batches written so far (revisions, grants, compactions)."""
         return self._written
 
+    def writes(self) -> StoreWrites:
+        return StoreWrites(self._writes.keys, self._writes.bytes)
+
     async def close(self) -> None:
         """Syncs what was written, then releases the directory; calls fail afterwards."""
         if self._closed:
@@ -188,10 +199,12 @@ class RocksKV:
 
     def _write(self, batch: WriteBatch) -> int:
         """Writes ``batch`` unsynced; returns its number for :meth:`_sync_to`."""
+        size = batch.size_in_bytes()  # a written batch is consumed
         try:
             self._db.write(batch, self._unsynced)
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status
             raise self._fail("write", exc) from exc
+        self._writes.bytes += size
         self._written += 1
         return self._written
 
@@ -202,6 +215,7 @@ class RocksKV:
         batch = WriteBatch(raw_mode=True)
         changes = writer.fill(batch)
         self._write(batch)
+        self._writes.keys += len(writer.after)
         self._live.apply(writer.after)
         self._applied = writer.revision
         self._recent.append((writer.revision, changes))
