@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schedd._clock import Clock
-from schedd.dispatch import Dispatcher
+from schedd.dispatch import Dispatcher, QueueLoad
 from schedd.node._coordination import Coordinator
 from schedd.node._fire_policy import FirePolicy
 from schedd.node._live import OwnedPartitions
@@ -82,17 +82,24 @@ def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock)
         }
 
     unserved = dispatcher.unserved_by_queue
+    loads = QueueLoads(dispatcher, clock)
     for name, doc, read in (
-        ("pending", "Executions waiting for a worker, per queue",
-         lambda: per_queue(dispatcher.pending_by_queue())),
-        ("unserved", "Executions waiting for a worker that serves their handler or kind: none "
-         "is connected", lambda: per_queue({q: n for q, (n, _) in unserved().items()})),
-        ("unserved_seconds", "How long the oldest of them has waited for a worker that serves "
-         "it, per queue", unserved_age),
-        ("held", "Executions held on workers for a later instant, not started yet, per queue",
-         lambda: per_queue(dispatcher.held_by_queue())),
+        ("dispatch_pending", "Executions waiting for a worker, per queue",
+         lambda: per_queue(loads.field("due"))),
+        ("dispatch_unserved", "Executions waiting for a worker that serves their handler or "
+         "kind: none is connected", lambda: per_queue({q: n for q, (n, _) in unserved().items()})),
+        ("dispatch_unserved_seconds", "How long the oldest of them has waited for a worker that "
+         "serves it, per queue", unserved_age),
+        ("dispatch_held", "Executions sent ahead of their instant to workers that hold them, not "
+         "started yet, per queue", lambda: per_queue(loads.field("held"))),
+        ("queue_depth", "Executions waiting to start on this node's partitions, per queue: due "
+         "(waiting for a worker) plus held (on a worker, not started); 0 for a known queue with "
+         "none. Summed over the nodes: what an autoscaler scales workers on",
+         lambda: per_queue(loads.field("depth"))),
+        ("queue_running", "Executions of this node's partitions out on workers and not held, "
+         "per queue", lambda: per_queue(loads.field("running"))),
     ):  # fmt: skip
-        rec.gauge(f"schedd_dispatch_{name}", doc, read, ["queue"])
+        rec.gauge(f"schedd_{name}", doc, read, ["queue"])
     rec.gauge(
         "schedd_dispatch_in_flight",
         "Executions out on workers (held ahead of their instant included)",
@@ -108,3 +115,35 @@ def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock)
         "Workers with an open stream to this node",
         lambda: len(dispatcher.worker_ids()),
     )
+
+
+class QueueLoads:
+    """The dispatcher's per-queue counts, read once per scrape for the gauges that share them
+    (each gauge reads on its own; a count is a pass over pending and in-flight executions).
+
+    Every queue seen with work or served by a connected worker keeps a series (0 when it has
+    none), so an autoscaler reading ``schedd_queue_depth`` sees the queue drain to 0 instead
+    of the series vanishing (an HPA keeps its scale while a metric is missing).
+    """
+
+    def __init__(self, dispatcher: Dispatcher, clock: Clock, max_age_s: float = 0.5) -> None:
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._max_age_s = max_age_s
+        self._read_at = -max_age_s
+        self._loads: dict[str, QueueLoad] = {}
+        self._known: set[str] = set()
+
+    def current(self) -> dict[str, QueueLoad]:
+        now = self._clock.monotonic()
+        if now - self._read_at >= self._max_age_s:
+            self._read_at = now
+            loads = self._dispatcher.queue_loads()
+            self._known.update(loads)
+            self._known.update(q for w in self._dispatcher.workers() for q in w.queues)
+            self._loads = {q: loads.get(q) or QueueLoad() for q in self._known}
+        return self._loads
+
+    def field(self, name: str) -> dict[str, int]:
+        """``{queue: getattr(load, name)}`` (``due``, ``held``, ``running`` or ``depth``)."""
+        return {q: int(getattr(load, name)) for q, load in self.current().items()}
