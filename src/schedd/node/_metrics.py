@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from schedd._clock import Clock
 from schedd.dispatch import Dispatcher, QueueLoad
 from schedd.node._coordination import Coordinator
@@ -71,35 +73,7 @@ def _partition_gauges(
 
 
 def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) -> None:
-    def per_queue(counts: dict[str, int]) -> dict[tuple[str, ...], float]:
-        return {(q,): float(n) for q, n in counts.items()}
-
-    def unserved_age() -> dict[tuple[str, ...], float]:
-        now = clock.now_ms()
-        return {
-            (q,): max(0, now - since) / 1000.0
-            for q, (_, since) in dispatcher.unserved_by_queue().items()
-        }
-
-    unserved = dispatcher.unserved_by_queue
-    loads = QueueLoads(dispatcher, clock)
-    for name, doc, read in (
-        ("dispatch_pending", "Executions waiting for a worker, per queue",
-         lambda: per_queue(loads.field("due"))),
-        ("dispatch_unserved", "Executions waiting for a worker that serves their handler or "
-         "kind: none is connected", lambda: per_queue({q: n for q, (n, _) in unserved().items()})),
-        ("dispatch_unserved_seconds", "How long the oldest of them has waited for a worker that "
-         "serves it, per queue", unserved_age),
-        ("dispatch_held", "Executions sent ahead of their instant to workers that hold them, not "
-         "started yet, per queue", lambda: per_queue(loads.field("held"))),
-        ("queue_depth", "Executions waiting to start on this node's partitions, per queue: due "
-         "(waiting for a worker) plus held (on a worker, not started); 0 for a known queue with "
-         "none. Summed over the nodes: what an autoscaler scales workers on",
-         lambda: per_queue(loads.field("depth"))),
-        ("queue_running", "Executions of this node's partitions out on workers and not held, "
-         "per queue", lambda: per_queue(loads.field("running"))),
-    ):  # fmt: skip
-        rec.gauge(f"schedd_{name}", doc, read, ["queue"])
+    _queue_gauges(rec, dispatcher, clock)
     rec.gauge(
         "schedd_dispatch_in_flight",
         "Executions out on workers (held ahead of their instant included)",
@@ -115,6 +89,60 @@ def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock)
         "Workers with an open stream to this node",
         lambda: len(dispatcher.worker_ids()),
     )
+
+
+def _queue_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) -> None:
+    """The per-queue gauges (label ``queue``)."""
+
+    def per_queue(counts: dict[str, int]) -> dict[tuple[str, ...], float]:
+        return {(q,): float(n) for q, n in counts.items()}
+
+    def unserved_age() -> dict[tuple[str, ...], float]:
+        now = clock.now_ms()
+        return {
+            (q,): max(0, now - since) / 1000.0
+            for q, (_, since) in dispatcher.unserved_by_queue().items()
+        }
+
+    unserved = dispatcher.unserved_by_queue
+    loads = QueueLoads(dispatcher, clock)
+    per_queue_gauges: list[tuple[str, str, Callable[[], dict[tuple[str, ...], float]]]] = [
+        (
+            "schedd_dispatch_pending",
+            "Executions waiting for a worker, per queue",
+            lambda: per_queue(loads.field("due")),
+        ),
+        (
+            "schedd_dispatch_unserved",
+            "Executions waiting for a worker that serves their handler or kind: none is connected",
+            lambda: per_queue({q: n for q, (n, _) in unserved().items()}),
+        ),
+        (
+            "schedd_dispatch_unserved_seconds",
+            "How long the oldest of them has waited for a worker that serves it, per queue",
+            unserved_age,
+        ),
+        (
+            "schedd_dispatch_held",
+            "Executions sent ahead of their instant to workers that hold them, not started "
+            "yet, per queue",
+            lambda: per_queue(loads.field("held")),
+        ),
+        (
+            "schedd_queue_depth",
+            "Executions of this node's partitions waiting to start, per queue: due (waiting "
+            "for a worker) plus held (on a worker, not started); 0 for a known queue with "
+            "none. Summed over the nodes: what an autoscaler scales workers on",
+            lambda: per_queue(loads.field("depth")),
+        ),
+        (
+            "schedd_queue_running",
+            "Executions of this node's partitions out on workers and not held, per queue",
+            lambda: per_queue(loads.field("running")),
+        ),
+    ]
+    for name, doc, read in per_queue_gauges:
+        rec.gauge(name, doc, read, ["queue"])
 
 
 class QueueLoads:
