@@ -105,7 +105,7 @@ def _queue_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) ->
         }
 
     unserved = dispatcher.unserved_by_queue
-    loads = QueueLoads(dispatcher, clock)
+    loads = QueueLoads(dispatcher)
     per_queue_gauges: list[tuple[str, str, Callable[[], dict[tuple[str, ...], float]]]] = [
         (
             "schedd_dispatch_pending",
@@ -146,31 +146,23 @@ def _queue_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) ->
 
 
 class QueueLoads:
-    """The dispatcher's per-queue counts, read once per scrape for the gauges that share them
-    (each gauge reads on its own; a count is a pass over pending and in-flight executions).
+    """The dispatcher's per-queue counts for the gauges (each gauge reads afresh: a count is
+    one pass over the pending and in-flight executions, at scrape time only).
 
     Every queue seen with work or served by a connected worker keeps a series (0 when it has
     none), so an autoscaler reading ``schedd_queue_depth`` sees the queue drain to 0 instead
     of the series vanishing (an HPA keeps its scale while a metric is missing).
     """
 
-    def __init__(self, dispatcher: Dispatcher, clock: Clock, max_age_s: float = 0.5) -> None:
+    def __init__(self, dispatcher: Dispatcher) -> None:
         self._dispatcher = dispatcher
-        self._clock = clock
-        self._max_age_s = max_age_s
-        self._read_at = -max_age_s
-        self._loads: dict[str, QueueLoad] = {}
         self._known: set[str] = set()
 
     def current(self) -> dict[str, QueueLoad]:
-        now = self._clock.monotonic()
-        if now - self._read_at >= self._max_age_s:
-            self._read_at = now
-            loads = self._dispatcher.queue_loads()
-            self._known.update(loads)
-            self._known.update(q for w in self._dispatcher.workers() for q in w.queues)
-            self._loads = {q: loads.get(q) or QueueLoad() for q in self._known}
-        return self._loads
+        loads = self._dispatcher.queue_loads()
+        self._known.update(loads)
+        self._known.update(q for w in self._dispatcher.workers() for q in w.queues)
+        return {q: loads.get(q) or QueueLoad() for q in self._known}
 
     def field(self, name: str) -> dict[str, int]:
         """``{queue: getattr(load, name)}`` (``due``, ``held``, ``running`` or ``depth``)."""
