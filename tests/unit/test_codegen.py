@@ -86,6 +86,7 @@ def test_public_faces_are_pinned() -> None:
             "job_to_dict",
             "missing_nodes_to_dicts",
             "parse_time_ms",
+            "queue_to_dict",
             "service_config",
             "tenant_limits_to_dict",
             "token_to_dict",

@@ -47,6 +47,7 @@ from schedd.cli._export import export_cmd
 from schedd.cli._jobs import job_group
 from schedd.cli._output import FORMATS
 from schedd.cli._preview import preview
+from schedd.cli._queues import queue_group
 from schedd.cli._runs import cluster_group, dlq_group, run_group, worker_group
 from schedd.cli._tenants import tenant_group
 from schedd.client import ClientTls
@@ -212,6 +213,7 @@ cli.add_command(run_group)
 cli.add_command(dlq_group)
 cli.add_command(worker_group)
 cli.add_command(cluster_group)
+cli.add_command(queue_group)
 cli.add_command(tenant_group)
 cli.add_command(apply_cmd)
 cli.add_command(export_cmd)

@@ -231,11 +231,22 @@ def node(**flags: Any) -> None:
     help="worker token for clusters with auth on (prefer the env variable SCHEDD_WORKER_TOKEN:"
     " a flag shows in the process list)",
 )
+@click.option(
+    "--shutdown-timeout",
+    envvar="SCHEDD_WORKER_SHUTDOWN_TIMEOUT",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600),
+    help="on SIGTERM, seconds running executions may finish before they are cancelled and"
+    " handed back (held ones go back at once); then up to 10 s for their results and 5 s to"
+    " close each stream",
+)
 @tls_options("worker")
 @job_kind_options
 @metrics_option
 def worker(
     token: str | None,
+    shutdown_timeout: float,
     connect: tuple[str, ...],
     queues: tuple[str, ...],
     imports: tuple[str, ...],
@@ -274,6 +285,7 @@ def worker(
             metrics_listen=metrics_listen,
             token=token,
             tls=tls,
+            shutdown_timeout_s=shutdown_timeout,
         )
     )
 

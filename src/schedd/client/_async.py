@@ -405,6 +405,17 @@ class AsyncClient(AdminCalls):
         req = scheduler_pb2.GetClusterStatusRequest(local_only=local_only)
         return await self._call(self._stub.GetClusterStatus, req)
 
+    async def list_queues(
+        self, queue: str = "", tenant: str = ""
+    ) -> scheduler_pb2.ListQueuesResponse:
+        """Per queue, cluster-wide: executions due (waiting for a worker), held (sent ahead
+        to a worker, not started) and running, and the workers consuming it with their
+        capacity and free slots. ``queue``: only that one (listed even when empty);
+        ``tenant``: only that tenant's executions (a tenant's token always gets its own, and
+        no ``free_slots``). ``missing_nodes`` names the nodes that did not answer."""
+        req = scheduler_pb2.ListQueuesRequest(queue=queue, tenant=tenant)
+        return await self._call(self._stub.ListQueues, req)
+
     # -- lifecycle ------------------------------------------------------------------------------
     async def close(self) -> None:
         """Close the channels."""

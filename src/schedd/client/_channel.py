@@ -24,6 +24,7 @@ IDEMPOTENT_METHODS = (
     "ListExecutions",
     "ListDeadLetters",
     "GetClusterStatus",
+    "ListQueues",
     "CancelExecution",  # cancelling twice returns the cancelled execution
 )
 

@@ -288,6 +288,20 @@ def worker_to_dict(w: scheduler_pb2.WorkerStatus) -> dict[str, Any]:
     }
 
 
+def queue_to_dict(q: scheduler_pb2.QueueStatus) -> dict[str, Any]:
+    """A JSON-friendly dict of a queue's row; ``free_slots`` None when not reported (a
+    tenant's token)."""
+    return {
+        "queue": q.queue,
+        "due": q.due,
+        "held": q.held,
+        "running": q.running,
+        "workers": q.workers,
+        "capacity": q.capacity,
+        "free_slots": q.free_slots if q.HasField("free_slots") else None,
+    }
+
+
 def _node_to_dict(n: scheduler_pb2.NodeStatus) -> dict[str, Any]:
     out: dict[str, Any] = {
         "node_id": n.node_id,

@@ -190,6 +190,7 @@ class Client:
     cancel_execution = _blocking(AsyncClient.cancel_execution)
     redrive = _blocking(AsyncClient.redrive)
     cluster_status = _blocking(AsyncClient.cluster_status)
+    list_queues = _blocking(AsyncClient.list_queues)
     set_tenant_limits = _blocking(AsyncClient.set_tenant_limits)
     get_tenant_limits = _blocking(AsyncClient.get_tenant_limits)
     list_tenant_limits = _blocking(AsyncClient.list_tenant_limits)

@@ -25,6 +25,7 @@ from schedd.dispatch._config import (
 from schedd.dispatch._dispatcher import Dispatcher
 from schedd.dispatch._pending import Route, accepts, route_of, route_of_job
 from schedd.dispatch._probes import ProbeAnswer
+from schedd.dispatch._queues import QueueLoad, queue_loads
 from schedd.dispatch._waiting import describe_route, unserved_warnings
 
 __all__ = [
@@ -37,9 +38,11 @@ __all__ = [
     "ExecutionAuthority",
     "InFlight",
     "ProbeAnswer",
+    "QueueLoad",
     "Route",
     "accepts",
     "describe_route",
+    "queue_loads",
     "route_of",
     "route_of_job",
     "unserved_warnings",

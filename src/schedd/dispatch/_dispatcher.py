@@ -27,6 +27,7 @@ from schedd.dispatch._in_flight import InFlightTable
 from schedd.dispatch._loss import LossReports
 from schedd.dispatch._pending import PendingDispatches, route_of, route_of_job
 from schedd.dispatch._probes import PROBE_TIMEOUT_MS, ProbeAnswer, Probes
+from schedd.dispatch._queues import QueueLoad, queue_loads
 from schedd.dispatch._result_settler import ResultSettler
 from schedd.dispatch._routing import hand_out
 from schedd.dispatch._servicer import WorkerStreamServicer
@@ -225,9 +226,9 @@ class Dispatcher:
         """Dispatches waiting for an eligible worker with credits."""
         return len(self._pending)
 
-    def pending_by_queue(self) -> dict[str, int]:
-        """Dispatches waiting for a worker, per queue."""
-        return self._pending.by_queue()
+    def queue_loads(self, tenant: str | None = None) -> dict[str, QueueLoad]:
+        """Per queue: due (pending), held and running executions here (``tenant``: its)."""
+        return queue_loads(self._pending.dispatches(), self._in_flight.flights.values(), tenant)
 
     def unserved_warning(self, job: job_pb2.Job) -> str | None:
         """A warning for a job no open stream here could be sent (None: one could)."""
@@ -247,10 +248,6 @@ class Dispatcher:
 
     def in_flight_count(self) -> int:
         return len(self._in_flight)  # held ahead of their instant included
-
-    def held_by_queue(self) -> dict[str, int]:
-        """Executions held on workers for a later instant (not started), per queue."""
-        return self._in_flight.held_by_queue(self._clock.now_ms())
 
     def settle_backlog(self) -> int:
         return self._settler.backlog_count()  # results received and not yet settled

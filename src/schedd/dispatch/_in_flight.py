@@ -123,15 +123,6 @@ class InFlightTable:
             lost.append(flight)
         return lost
 
-    def held_by_queue(self, now: int) -> dict[str, int]:
-        """Executions held on workers for a later instant (not started), per queue."""
-        out: dict[str, int] = {}
-        for f in self._flights.values():
-            d = f.dispatch
-            if d.start_at_ms > now and not f.started:
-                out[d.queue] = out.get(d.queue, 0) + 1
-        return out
-
     def drop_expired(self, now: int, lease_timeout_ms: int) -> list[InFlight]:
         """Drop every entry whose lease has run out at ``now``, sending its worker a Cancel;
         one warning per worker says how many. Returns the entries dropped."""

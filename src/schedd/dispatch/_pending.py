@@ -165,12 +165,9 @@ class PendingDispatches:
         """Drop a pending dispatch; returns it, or None if it was not pending."""
         return self._by_id.pop(execution_id, None)
 
-    def by_queue(self) -> dict[str, int]:
-        """How many wait per queue (for metrics: a pass over every pending dispatch)."""
-        out: dict[str, int] = {}
-        for d in self._by_id.values():
-            out[d.queue] = out.get(d.queue, 0) + 1
-        return out
+    def dispatches(self) -> list[worker_pb2.Dispatch]:
+        """The live pending dispatches (a snapshot, in no particular order)."""
+        return list(self._by_id.values())
 
     def count(self, route: Route) -> int:
         """How many live dispatches wait on ``route`` (a pass over its queue)."""

@@ -36,6 +36,7 @@ from schedd.model import (
     validate_new_job_parsed,
 )
 from schedd.node._api_admin import AdminCalls, page_size
+from schedd.node._queues import hide_free_slots
 from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
 from schedd.store import JobStore, TenantStore
@@ -57,6 +58,10 @@ class ClusterView(Protocol):
     async def get_execution(self, execution_id: str) -> execution_pb2.Execution: ...
 
     async def cluster_status(self, local_only: bool) -> scheduler_pb2.ClusterStatus: ...
+
+    async def list_queues(
+        self, req: scheduler_pb2.ListQueuesRequest
+    ) -> scheduler_pb2.ListQueuesResponse: ...
 
 
 class NodeApi(AdminCalls):
@@ -436,3 +441,18 @@ class NodeApi(AdminCalls):
             # Tenants and workers see the nodes and partitions, not who runs what.
             del status.workers[:]
         return status
+
+    async def list_queues(
+        self, req: scheduler_pb2.ListQueuesRequest
+    ) -> scheduler_pb2.ListQueuesResponse:
+        """Per queue, cluster-wide. An admin sees every tenant's counts (or ``req.tenant``'s)
+        and the free slots; a tenant's token its own tenant's counts, without free slots."""
+        caller = self._caller()
+        queue = check_text("queue", req.queue)
+        tenant = caller.scope("tenant", check_text("tenant", req.tenant))
+        resp = await self.views.list_queues(
+            scheduler_pb2.ListQueuesRequest(queue=queue, tenant=tenant)
+        )
+        if not caller.admin:
+            hide_free_slots(resp.queues)
+        return resp

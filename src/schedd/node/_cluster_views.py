@@ -1,4 +1,5 @@
-"""The cluster-wide answers of ``ListExecutions``, ``GetExecution`` and ``GetClusterStatus``.
+"""The cluster-wide answers of ``ListExecutions``, ``GetExecution``, ``GetClusterStatus`` and
+``ListQueues``.
 
 :class:`ClusterViews` asks every live node for its part (:class:`~._fanout.Fanout`: this node
 directly, peers over the internal ``Peer`` service) and reads the shared part once from the
@@ -16,6 +17,7 @@ from schedd._errors import ExecutionNotFound, Unavailable
 from schedd.history import Position, comes_after, list_order
 from schedd.model import validate_execution_id
 from schedd.node._fanout import Fanout
+from schedd.node._queues import merge_queues
 from schedd.node._views import (
     advancement,
     cut_page,
@@ -44,6 +46,8 @@ class LocalParts(Protocol):
     def local_execution(self, execution_id: str) -> execution_pb2.Execution | None: ...
 
     def local_status(self) -> peer_pb2.LocalStatus: ...
+
+    def local_queues(self, req: scheduler_pb2.ListQueuesRequest) -> peer_pb2.LocalQueues: ...
 
     async def membership_status(self) -> scheduler_pb2.ClusterStatus:
         """Cluster id, partition table (from the store) and the live nodes as it sees them."""
@@ -165,6 +169,22 @@ class ClusterViews:
         status.missing_nodes.extend(missing)
         return status
 
+    async def list_queues(
+        self, req: scheduler_pb2.ListQueuesRequest
+    ) -> scheduler_pb2.ListQueuesResponse:
+        """Every node's per-queue part (``req`` validated and scoped), merged."""
+
+        async def local() -> peer_pb2.LocalQueues:
+            return self.local.local_queues(req)
+
+        async def remote(stub: peer_pb2_grpc.PeerAsyncStub, timeout: float) -> peer_pb2.LocalQueues:
+            return await stub.GetLocalQueues(req, timeout=timeout)
+
+        parts, missing = await self.fanout.ask(local, remote)
+        return scheduler_pb2.ListQueuesResponse(
+            queues=merge_queues(parts.values(), req.queue), tenant=req.tenant, missing_nodes=missing
+        )
+
 
 def _apply_reports(
     status: scheduler_pb2.ClusterStatus, reports: dict[str, peer_pb2.LocalStatus]
@@ -215,6 +235,9 @@ class PeerAnswers:
         self, req: scheduler_pb2.GetClusterStatusRequest
     ) -> peer_pb2.LocalStatus:
         return self.local.local_status()
+
+    async def queues_local(self, req: scheduler_pb2.ListQueuesRequest) -> peer_pb2.LocalQueues:
+        return self.local.local_queues(req)
 
 
 __all__ = ["ClusterViews", "LocalParts", "PeerAnswers", "describe_missing"]

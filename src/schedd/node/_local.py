@@ -122,6 +122,17 @@ class LocalReads:
             me.store_keys_written, me.store_bytes_written = writes.keys, writes.bytes
         return peer_pb2.LocalStatus(node=me, workers=self.dispatcher.workers())
 
+    def local_queues(self, req: scheduler_pb2.ListQueuesRequest) -> peer_pb2.LocalQueues:
+        """This node's part of ``ListQueues``: its per-queue counts (``req.tenant``'s only,
+        when set; the caller scoped it) and its worker streams (``req.queue``'s, when set)."""
+        out = peer_pb2.LocalQueues()
+        for name, load in sorted(self.dispatcher.queue_loads(req.tenant or None).items()):
+            if not req.queue or name == req.queue:
+                out.queues.add(queue=name, due=load.due, held=load.held, running=load.running)
+        workers = self.dispatcher.workers()
+        out.workers.extend(w for w in workers if not req.queue or req.queue in w.queues)
+        return out
+
     async def membership_status(self) -> scheduler_pb2.ClusterStatus:
         status = scheduler_pb2.ClusterStatus(
             cluster_id=self.cluster_id, partition_count=self.partitions.count

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from schedd._clock import Clock
-from schedd.dispatch import Dispatcher
+from schedd.dispatch import Dispatcher, QueueLoad
 from schedd.node._coordination import Coordinator
 from schedd.node._fire_policy import FirePolicy
 from schedd.node._live import OwnedPartitions
@@ -71,28 +73,7 @@ def _partition_gauges(
 
 
 def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) -> None:
-    def per_queue(counts: dict[str, int]) -> dict[tuple[str, ...], float]:
-        return {(q,): float(n) for q, n in counts.items()}
-
-    def unserved_age() -> dict[tuple[str, ...], float]:
-        now = clock.now_ms()
-        return {
-            (q,): max(0, now - since) / 1000.0
-            for q, (_, since) in dispatcher.unserved_by_queue().items()
-        }
-
-    unserved = dispatcher.unserved_by_queue
-    for name, doc, read in (
-        ("pending", "Executions waiting for a worker, per queue",
-         lambda: per_queue(dispatcher.pending_by_queue())),
-        ("unserved", "Executions waiting for a worker that serves their handler or kind: none "
-         "is connected", lambda: per_queue({q: n for q, (n, _) in unserved().items()})),
-        ("unserved_seconds", "How long the oldest of them has waited for a worker that serves "
-         "it, per queue", unserved_age),
-        ("held", "Executions held on workers for a later instant, not started yet, per queue",
-         lambda: per_queue(dispatcher.held_by_queue())),
-    ):  # fmt: skip
-        rec.gauge(f"schedd_dispatch_{name}", doc, read, ["queue"])
+    _queue_gauges(rec, dispatcher, clock)
     rec.gauge(
         "schedd_dispatch_in_flight",
         "Executions out on workers (held ahead of their instant included)",
@@ -108,3 +89,81 @@ def _dispatch_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock)
         "Workers with an open stream to this node",
         lambda: len(dispatcher.worker_ids()),
     )
+
+
+def _queue_gauges(rec: MetricsRecorder, dispatcher: Dispatcher, clock: Clock) -> None:
+    """The per-queue gauges (label ``queue``)."""
+
+    def per_queue(counts: dict[str, int]) -> dict[tuple[str, ...], float]:
+        return {(q,): float(n) for q, n in counts.items()}
+
+    def unserved_age() -> dict[tuple[str, ...], float]:
+        now = clock.now_ms()
+        return {
+            (q,): max(0, now - since) / 1000.0
+            for q, (_, since) in dispatcher.unserved_by_queue().items()
+        }
+
+    unserved = dispatcher.unserved_by_queue
+    loads = QueueLoads(dispatcher)
+    per_queue_gauges: list[tuple[str, str, Callable[[], dict[tuple[str, ...], float]]]] = [
+        (
+            "schedd_dispatch_pending",
+            "Executions waiting for a worker, per queue",
+            lambda: per_queue(loads.field("due")),
+        ),
+        (
+            "schedd_dispatch_unserved",
+            "Executions waiting for a worker that serves their handler or kind: none is connected",
+            lambda: per_queue({q: n for q, (n, _) in unserved().items()}),
+        ),
+        (
+            "schedd_dispatch_unserved_seconds",
+            "How long the oldest of them has waited for a worker that serves it, per queue",
+            unserved_age,
+        ),
+        (
+            "schedd_dispatch_held",
+            "Executions sent ahead of their instant to workers that hold them, not started "
+            "yet, per queue",
+            lambda: per_queue(loads.field("held")),
+        ),
+        (
+            "schedd_queue_depth",
+            "Executions of this node's partitions waiting to start, per queue: due (waiting "
+            "for a worker) plus held (on a worker, not started); 0 for a known queue with "
+            "none. Summed over the nodes: what an autoscaler scales workers on",
+            lambda: per_queue(loads.field("depth")),
+        ),
+        (
+            "schedd_queue_running",
+            "Executions of this node's partitions out on workers and not held, per queue",
+            lambda: per_queue(loads.field("running")),
+        ),
+    ]
+    for name, doc, read in per_queue_gauges:
+        rec.gauge(name, doc, read, ["queue"])
+
+
+class QueueLoads:
+    """The dispatcher's per-queue counts for the gauges (each gauge reads afresh: a count is
+    one pass over the pending and in-flight executions, at scrape time only).
+
+    Every queue seen with work or served by a connected worker keeps a series (0 when it has
+    none), so an autoscaler reading ``schedd_queue_depth`` sees the queue drain to 0 instead
+    of the series vanishing (an HPA keeps its scale while a metric is missing).
+    """
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._known: set[str] = set()
+
+    def current(self) -> dict[str, QueueLoad]:
+        loads = self._dispatcher.queue_loads()
+        self._known.update(loads)
+        self._known.update(q for w in self._dispatcher.workers() for q in w.queues)
+        return {q: loads.get(q) or QueueLoad() for q in self._known}
+
+    def field(self, name: str) -> dict[str, int]:
+        """``{queue: getattr(load, name)}`` (``due``, ``held``, ``running`` or ``depth``)."""
+        return {q: int(getattr(load, name)) for q, load in self.current().items()}

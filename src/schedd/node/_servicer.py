@@ -142,6 +142,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def ListAudit(self, request: Any, context: Any) -> Any:
         return await _call(self.api.list_audit, request, context, self.gate, "ListAudit")
 
+    async def ListQueues(self, request: Any, context: Any) -> Any:
+        return await _call(self.api.list_queues, request, context, self.gate, "ListQueues")
+
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     """The internal node-to-node service: a thin adapter over :class:`PeerAnswers`."""
@@ -169,3 +172,6 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
 
     async def GetLocalStatus(self, request: Any, context: Any) -> Any:
         return await self._peer_call(self.answers.status_local, request, context)
+
+    async def GetLocalQueues(self, request: Any, context: Any) -> Any:
+        return await self._peer_call(self.answers.queues_local, request, context)

@@ -53,6 +53,9 @@ class _Views:
     async def cluster_status(self, local_only: bool) -> scheduler_pb2.ClusterStatus:
         raise NotImplementedError("a harness has no cluster")
 
+    async def list_queues(self, *_: Any) -> scheduler_pb2.ListQueuesResponse:
+        raise NotImplementedError("a harness has no worker streams")
+
 
 class SchedulerHarness:
     """A scheduler node and its workers in this process, on a clock that moves only when told.

@@ -26,7 +26,7 @@ from schedd.v1 import execution_pb2 as schedd_dot_v1_dot_execution__pb2
 from schedd.v1 import scheduler_pb2 as schedd_dot_v1_dot_scheduler__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14schedd/v1/peer.proto\x12\tschedd.v1\x1a\x19schedd/v1/execution.proto\x1a\x19schedd/v1/scheduler.proto\"H\n\x0eLocalExecution\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\'\n\texecution\x18\x02 \x01(\x0b\x32\x14.schedd.v1.Execution\"\\\n\x0bLocalStatus\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.schedd.v1.NodeStatus\x12(\n\x07workers\x18\x02 \x03(\x0b\x32\x17.schedd.v1.WorkerStatus2\x80\x02\n\x04Peer\x12Z\n\x13ListLocalExecutions\x12 .schedd.v1.ListExecutionsRequest\x1a!.schedd.v1.ListExecutionsResponse\x12N\n\x11GetLocalExecution\x12\x1e.schedd.v1.GetExecutionRequest\x1a\x19.schedd.v1.LocalExecution\x12L\n\x0eGetLocalStatus\x12\".schedd.v1.GetClusterStatusRequest\x1a\x16.schedd.v1.LocalStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14schedd/v1/peer.proto\x12\tschedd.v1\x1a\x19schedd/v1/execution.proto\x1a\x19schedd/v1/scheduler.proto\"H\n\x0eLocalExecution\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\'\n\texecution\x18\x02 \x01(\x0b\x32\x14.schedd.v1.Execution\"\\\n\x0bLocalStatus\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.schedd.v1.NodeStatus\x12(\n\x07workers\x18\x02 \x03(\x0b\x32\x17.schedd.v1.WorkerStatus\"_\n\x0bLocalQueues\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.schedd.v1.QueueStatus\x12(\n\x07workers\x18\x02 \x03(\x0b\x32\x17.schedd.v1.WorkerStatus2\xc8\x02\n\x04Peer\x12Z\n\x13ListLocalExecutions\x12 .schedd.v1.ListExecutionsRequest\x1a!.schedd.v1.ListExecutionsResponse\x12N\n\x11GetLocalExecution\x12\x1e.schedd.v1.GetExecutionRequest\x1a\x19.schedd.v1.LocalExecution\x12L\n\x0eGetLocalStatus\x12\".schedd.v1.GetClusterStatusRequest\x1a\x16.schedd.v1.LocalStatus\x12\x46\n\x0eGetLocalQueues\x12\x1c.schedd.v1.ListQueuesRequest\x1a\x16.schedd.v1.LocalQueuesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,6 +37,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOCALEXECUTION']._serialized_end=161
   _globals['_LOCALSTATUS']._serialized_start=163
   _globals['_LOCALSTATUS']._serialized_end=255
-  _globals['_PEER']._serialized_start=258
-  _globals['_PEER']._serialized_end=514
+  _globals['_LOCALQUEUES']._serialized_start=257
+  _globals['_LOCALQUEUES']._serialized_end=352
+  _globals['_PEER']._serialized_start=355
+  _globals['_PEER']._serialized_end=683
 # @@protoc_insertion_point(module_scope)

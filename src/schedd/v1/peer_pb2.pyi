@@ -69,3 +69,29 @@ class LocalStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LocalStatus: _TypeAlias = LocalStatus  # noqa: Y015
+
+@_typing.final
+class LocalQueues(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[_scheduler_pb2.QueueStatus]:
+        """due, held and running only; the worker fields are filled in by the merge."""
+
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[_scheduler_pb2.WorkerStatus]: ...
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[_scheduler_pb2.QueueStatus] | None = ...,
+        workers: _abc.Iterable[_scheduler_pb2.WorkerStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queues", b"queues", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalQueues: _TypeAlias = LocalQueues  # noqa: Y015

@@ -50,6 +50,11 @@ class PeerStub:
                 request_serializer=schedd_dot_v1_dot_scheduler__pb2.GetClusterStatusRequest.SerializeToString,
                 response_deserializer=schedd_dot_v1_dot_peer__pb2.LocalStatus.FromString,
                 _registered_method=True)
+        self.GetLocalQueues = channel.unary_unary(
+                '/schedd.v1.Peer/GetLocalQueues',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_peer__pb2.LocalQueues.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -77,6 +82,14 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLocalQueues(self, request, context):
+        """This node's part of ListQueues: its dispatcher's counts per queue (the request's
+        filters applied; tenant as the receiving node scoped it) and the worker streams it has.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +107,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.GetLocalStatus,
                     request_deserializer=schedd_dot_v1_dot_scheduler__pb2.GetClusterStatusRequest.FromString,
                     response_serializer=schedd_dot_v1_dot_peer__pb2.LocalStatus.SerializeToString,
+            ),
+            'GetLocalQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLocalQueues,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListQueuesRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_peer__pb2.LocalQueues.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +195,33 @@ class Peer:
             '/schedd.v1.Peer/GetLocalStatus',
             schedd_dot_v1_dot_scheduler__pb2.GetClusterStatusRequest.SerializeToString,
             schedd_dot_v1_dot_peer__pb2.LocalStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLocalQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Peer/GetLocalQueues',
+            schedd_dot_v1_dot_scheduler__pb2.ListQueuesRequest.SerializeToString,
+            schedd_dot_v1_dot_peer__pb2.LocalQueues.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,10 @@ class PeerStub:
     """The execution as this node knows it (in memory or in its history), if it does."""
     GetLocalStatus: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _peer_pb2.LocalStatus]
     """The node's report about itself and the workers connected to it."""
+    GetLocalQueues: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListQueuesRequest, _peer_pb2.LocalQueues]
+    """This node's part of ListQueues: its dispatcher's counts per queue (the request's
+    filters applied; tenant as the receiving node scoped it) and the worker streams it has.
+    """
 
 @_typing.type_check_only
 class PeerAsyncStub(PeerStub):
@@ -55,6 +59,10 @@ class PeerAsyncStub(PeerStub):
     """The execution as this node knows it (in memory or in its history), if it does."""
     GetLocalStatus: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetClusterStatusRequest, _peer_pb2.LocalStatus]  # type: ignore[assignment]
     """The node's report about itself and the workers connected to it."""
+    GetLocalQueues: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListQueuesRequest, _peer_pb2.LocalQueues]  # type: ignore[assignment]
+    """This node's part of ListQueues: its dispatcher's counts per queue (the request's
+    filters applied; tenant as the receiving node scoped it) and the worker streams it has.
+    """
 
 class PeerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -82,5 +90,15 @@ class PeerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_peer_pb2.LocalStatus, _abc.Awaitable[_peer_pb2.LocalStatus]]:
         """The node's report about itself and the workers connected to it."""
+
+    @_abc_1.abstractmethod
+    def GetLocalQueues(
+        self,
+        request: _scheduler_pb2.ListQueuesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_peer_pb2.LocalQueues, _abc.Awaitable[_peer_pb2.LocalQueues]]:
+        """This node's part of ListQueues: its dispatcher's counts per queue (the request's
+        filters applied; tenant as the receiving node scoped it) and the worker streams it has.
+        """
 
 def add_PeerServicer_to_server(servicer: PeerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1267,3 +1267,109 @@ class ClusterStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
+
+@_typing.final
+class ListQueuesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Only this queue (empty: every queue with work or a worker)."""
+    tenant: _builtins.str
+    """Only this tenant's executions (empty: every tenant the caller may see; a tenant's token
+    is always limited to its own).
+    """
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueuesRequest: _TypeAlias = ListQueuesRequest  # noqa: Y015
+
+@_typing.final
+class QueueStatus(_message.Message):
+    """One queue, cluster-wide: every node's part summed, workers counted once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    DUE_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    FREE_SLOTS_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    due: _builtins.int
+    """Executions due and waiting for a worker with a free slot (pending dispatch)."""
+    held: _builtins.int
+    """Executions sent ahead of their instant to a worker that holds them, not started yet."""
+    running: _builtins.int
+    """Executions out on workers and not held (started, or on their way to a worker)."""
+    workers: _builtins.int
+    """Connected workers that consume the queue, and their capacity summed."""
+    capacity: _builtins.int
+    free_slots: _builtins.int
+    """Slots of those workers not taken by a running execution (a worker serving several
+    queues counts in each). Absent for a tenant's token.
+    """
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        due: _builtins.int = ...,
+        held: _builtins.int = ...,
+        running: _builtins.int = ...,
+        workers: _builtins.int = ...,
+        capacity: _builtins.int = ...,
+        free_slots: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_free_slots", b"_free_slots", "free_slots", b"free_slots"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_free_slots", b"_free_slots", "capacity", b"capacity", "due", b"due", "free_slots", b"free_slots", "held", b"held", "queue", b"queue", "running", b"running", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__free_slots: _TypeAlias = _typing.Literal["free_slots"]  # noqa: Y015
+    _WhichOneofArgType__free_slots: _TypeAlias = _typing.Literal["_free_slots", b"_free_slots"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__free_slots) -> _WhichOneofReturnType__free_slots | None: ...
+
+Global___QueueStatus: _TypeAlias = QueueStatus  # noqa: Y015
+
+@_typing.final
+class ListQueuesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    MISSING_NODES_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant the counts are limited to (empty: every tenant)."""
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueStatus]:
+        """Sorted by queue name."""
+
+    @_builtins.property
+    def missing_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MissingNode]:
+        """Nodes that did not answer: their part is missing from the counts."""
+
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[Global___QueueStatus] | None = ...,
+        tenant: _builtins.str = ...,
+        missing_nodes: _abc.Iterable[Global___MissingNode] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["missing_nodes", b"missing_nodes", "queues", b"queues", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueuesResponse: _TypeAlias = ListQueuesResponse  # noqa: Y015

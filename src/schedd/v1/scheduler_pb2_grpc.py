@@ -162,6 +162,11 @@ class SchedulerStub:
                 request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditRequest.SerializeToString,
                 response_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditResponse.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/schedd.v1.Scheduler/ListQueues',
+                request_serializer=schedd_dot_v1_dot_scheduler__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -339,6 +344,16 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueues(self, request, context):
+        """Cluster-wide, per queue: executions waiting for a worker (due), sent ahead to workers and
+        not started (held), running, and the workers that serve it. Admins see every tenant's
+        counts (or one tenant's); a tenant's token sees its own tenant's counts, and no free
+        slots (which would show the other tenants' load). Worker tokens are refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -466,6 +481,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ListAudit,
                     request_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditRequest.FromString,
                     response_serializer=schedd_dot_v1_dot_scheduler__pb2.ListAuditResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=schedd_dot_v1_dot_scheduler__pb2.ListQueuesRequest.FromString,
+                    response_serializer=schedd_dot_v1_dot_scheduler__pb2.ListQueuesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1143,6 +1163,33 @@ class Scheduler:
             '/schedd.v1.Scheduler/ListAudit',
             schedd_dot_v1_dot_scheduler__pb2.ListAuditRequest.SerializeToString,
             schedd_dot_v1_dot_scheduler__pb2.ListAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/schedd.v1.Scheduler/ListQueues',
+            schedd_dot_v1_dot_scheduler__pb2.ListQueuesRequest.SerializeToString,
+            schedd_dot_v1_dot_scheduler__pb2.ListQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

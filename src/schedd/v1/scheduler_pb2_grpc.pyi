@@ -91,6 +91,12 @@ class SchedulerStub:
     """The token the call was made with (with auth off: an anonymous admin)."""
     ListAudit: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListAuditRequest, _scheduler_pb2.ListAuditResponse]
     """The audit trail, newest first: admins see every tenant's, others their tenant's."""
+    ListQueues: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListQueuesRequest, _scheduler_pb2.ListQueuesResponse]
+    """Cluster-wide, per queue: executions waiting for a worker (due), sent ahead to workers and
+    not started (held), running, and the workers that serve it. Admins see every tenant's
+    counts (or one tenant's); a tenant's token sees its own tenant's counts, and no free
+    slots (which would show the other tenants' load). Worker tokens are refused.
+    """
 
 @_typing.type_check_only
 class SchedulerAsyncStub(SchedulerStub):
@@ -147,6 +153,12 @@ class SchedulerAsyncStub(SchedulerStub):
     """The token the call was made with (with auth off: an anonymous admin)."""
     ListAudit: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListAuditRequest, _scheduler_pb2.ListAuditResponse]  # type: ignore[assignment]
     """The audit trail, newest first: admins see every tenant's, others their tenant's."""
+    ListQueues: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListQueuesRequest, _scheduler_pb2.ListQueuesResponse]  # type: ignore[assignment]
+    """Cluster-wide, per queue: executions waiting for a worker (due), sent ahead to workers and
+    not started (held), running, and the workers that serve it. Admins see every tenant's
+    counts (or one tenant's); a tenant's token sees its own tenant's counts, and no free
+    slots (which would show the other tenants' load). Worker tokens are refused.
+    """
 
 class SchedulerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -350,5 +362,17 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.ListAuditResponse, _abc.Awaitable[_scheduler_pb2.ListAuditResponse]]:
         """The audit trail, newest first: admins see every tenant's, others their tenant's."""
+
+    @_abc_1.abstractmethod
+    def ListQueues(
+        self,
+        request: _scheduler_pb2.ListQueuesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ListQueuesResponse, _abc.Awaitable[_scheduler_pb2.ListQueuesResponse]]:
+        """Cluster-wide, per queue: executions waiting for a worker (due), sent ahead to workers and
+        not started (held), running, and the workers that serve it. Admins see every tenant's
+        counts (or one tenant's); a tenant's token sees its own tenant's counts, and no free
+        slots (which would show the other tenants' load). Worker tokens are refused.
+        """
 
 def add_SchedulerServicer_to_server(servicer: SchedulerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -41,14 +41,14 @@ def run_worker_from_cli(
     metrics_listen: str = "",
     token: str | None = None,
     tls: TlsFiles | None = None,
+    shutdown_timeout_s: float = 30.0,
 ) -> int:
     """Run a worker until SIGINT/SIGTERM (then stop gracefully).
 
     Args:
         connect: Node addresses, each item comma-separated (``host:port,host:port``).
         queues: Queues to consume (empty: ``default``).
-        imports: Modules to import; each must define ``def register(worker: Worker) -> None``
-            that registers its handlers.
+        imports: Modules to import, each with ``def register(worker: Worker) -> None``.
         worker_id: Stable id (None: kept in ``data_dir/worker_id``).
         capacity: Executions run at once.
         data_dir: Ledger and checkpoints (None: a temporary directory).
@@ -60,6 +60,7 @@ def run_worker_from_cli(
             HTTPS when ``tls`` has a certificate).
         token: The worker token streams open with (clusters with auth on).
         tls: TLS to the nodes (None: plaintext).
+        shutdown_timeout_s: On SIGTERM, how long running executions may finish.
 
     Returns:
         0 after a clean stop, 2 for bad arguments or a module that cannot be registered.
@@ -76,6 +77,7 @@ def run_worker_from_cli(
             metrics_listen=metrics_listen,
             token=token or None,
             tls=tls,
+            shutdown_timeout_s=shutdown_timeout_s,
         )
         worker = Worker(config)
         _name_in_logs(worker)

@@ -227,6 +227,21 @@ class Worker:
         gauge(
             "schedd_worker_in_flight", "Executions running on this worker", lambda: attempts.active
         )
+        # Per queue, for autoscaling on (summed over workers); a worker of several queues
+        # counts in each.
+        queues = self.config.queues
+        gauge(
+            "schedd_queue_free_slots",
+            "Executions this worker may still start, per queue it consumes",
+            lambda: {(q,): float(self.capacity - attempts.active) for q in queues},
+            ["queue"],
+        )
+        gauge(
+            "schedd_queue_slots",
+            "This worker's capacity, per queue it consumes",
+            lambda: {(q,): float(self.capacity) for q in queues},
+            ["queue"],
+        )
         gauge(
             "schedd_worker_held",
             "Executions held on this worker for a later instant",
