@@ -6,6 +6,7 @@ several relays share one PostgreSQL outbox; NOTIFY wakes a relay long before its
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Any
@@ -151,4 +152,31 @@ async def test_notify_wakes_the_relay_on_postgresql(postgres: Any, node: Any) ->
     finally:
         await relay.stop()
         await task
+    engine.dispose()
+
+
+async def test_the_relay_waits_out_a_database_it_cannot_use(
+    tmp_path: Any, node: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database that fails (here: the table is not there yet) makes the relay back off and
+    log; once it works the relay catches up."""
+    caplog.set_level(logging.INFO, "schedd.outbox")
+    engine = create_engine(f"sqlite:///{tmp_path / 'app.db'}")
+    relay = outbox.Relay(engine, node.endpoint, FAST)
+    task = asyncio.ensure_future(relay.run())
+    try:
+        await asyncio.sleep(0.5)
+        assert "the database failed" in caplog.text
+        outbox.create_table(engine)
+        p = uuid.uuid4().hex[:8]
+        with engine.begin() as conn:
+            outbox.create_job(conn, name=f"{p}-late", schedule="@after 1d", handler="h")
+        deadline = time.monotonic() + 10
+        while _unsent(engine):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+    finally:
+        await relay.stop()
+        await task
+    assert "working again" in caplog.text
     engine.dispose()

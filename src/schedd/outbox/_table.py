@@ -82,6 +82,7 @@ def outbox_table(metadata: MetaData | None = None, name: str = DEFAULT_TABLE) ->
         Column("adopted", Boolean, nullable=False, server_default=text("false")),
         Index(f"{name}_state_id", "state", "id"),
         Index(f"{name}_claimed_by", "claimed_by"),
+        Index(f"{name}_result", "result"),
     )
 
 
