@@ -10,12 +10,14 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 from sqlalchemy import Engine, create_engine, func, select
 
 from schedd import outbox
 from schedd.client import Client
+from schedd.dev import free_port
 from schedd.v1 import execution_pb2
 
 pytestmark = pytest.mark.timeout(90)
@@ -51,6 +53,13 @@ def _wait_stopped_after_send(hook: Path, count: int, proc: Any, log: Path) -> in
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.02)
+
+
+def _metric(listen: str, name: str) -> float:
+    with urlopen(f"http://{listen}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    [value] = [ln.split()[-1] for ln in text.splitlines() if ln.startswith(name + " ")]
+    return float(value)
 
 
 def _manual_runs(client: Client, job_id: str) -> list[str]:
@@ -114,14 +123,24 @@ def test_schedd_killed_and_restarted_mid_burst_loses_and_doubles_nothing(
     log = tmp_path / "relay.log"
     with Client(own_node.endpoint) as client:
         target = client.create_job(f"{p}-target", schedule="0 0 1 1 *", handler="h").job
-    with relay_proc(db, own_node.endpoint, *RELAY_ARGS, log=log):
+    metrics = f"127.0.0.1:{free_port()}"
+    with relay_proc(db, own_node.endpoint, *RELAY_ARGS, "--metrics-listen", metrics, log=log):
         _enqueue_some(engine, p, target.id, 0, 60)
         own_node.kill()  # mid-burst: the relay is sending what came last
         _enqueue_some(engine, p, target.id, 60, 30)
         time.sleep(1.0)  # the relay backs off meanwhile
+        lag = _metric(metrics, "schedd_outbox_oldest_unsent_age_seconds")
         own_node.start()
         _enqueue_some(engine, p, target.id, 90, 30)
         rows = _wait_all_sent(engine, 40, log)
+        assert lag > 0.5  # the lag showed while schedd was down
+        deadline = time.monotonic() + 5
+        while (
+            _metric(metrics, "schedd_outbox_unsent_rows")
+            or _metric(metrics, "schedd_outbox_rows_sent") != 120
+        ):
+            assert time.monotonic() < deadline, urlopen(f"http://{metrics}/metrics").read()
+            time.sleep(0.1)
     assert len(rows) == 120
     assert "failed (" in log.read_text()  # it saw the outage, backed off, caught up
     with Client(own_node.endpoint) as client:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
 from schedd._errors import InvalidArgument, SchedError
 from schedd.cli._serve_flags import metrics_option
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+#: --metrics-listen, over plain HTTP (the relay serves no TLS).
+_metrics_listen = cast(Callable[[_F], _F], metrics_option(https=False))
 
 
 @click.group()
@@ -78,7 +83,7 @@ def outbox() -> None:
     help="API token for clusters with auth on (prefer the env variable)",
 )
 @click.option("--cacert", default=None, help="CA certificate of the nodes' TLS")
-@metrics_option
+@_metrics_listen
 def relay(metrics_listen: str, **flags: Any) -> None:
     """Send the outbox table's unsent rows to schedd, in order, until SIGINT or SIGTERM."""
     try:

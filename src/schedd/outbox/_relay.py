@@ -103,6 +103,7 @@ class Relay:
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._done = asyncio.Event()
+        self._running = False
         #: Rows sent, and rows marked failed, since the relay started.
         self.sent = 0
         self.failed = 0
@@ -140,6 +141,10 @@ class Relay:
     async def run(self) -> None:
         """Relays until :meth:`stop`."""
         cfg = self.config
+        if self._running:
+            raise RuntimeError("this relay is running already")
+        self._running = True
+        self._done.clear()
         if cfg.create_table:
             await asyncio.to_thread(create_table, self.engine, cfg.table)
         client = AsyncClient(self._node, timeout_s=cfg.call_timeout_s, token=self._token,
@@ -158,16 +163,19 @@ class Relay:
             await client.close()
             if self._own_engine:
                 self.engine.dispose()
+            self._running = False
             self._done.set()
 
     def _where(self) -> str:
         return f"table {self.config.table} on {self.engine.url.render_as_string()}"
 
     async def stop(self) -> None:
-        """Stops after the row being sent (if any) is marked; returns when :meth:`run` did."""
+        """Stops after the row being sent (if any) is marked; returns when :meth:`run` did
+        (at once when it is not running)."""
         self._stopping.set()
         self._wake.set()
-        await self._done.wait()
+        if self._running:
+            await self._done.wait()
 
     async def _loop(self, client: AsyncClient) -> None:
         failures = 0
@@ -175,7 +183,6 @@ class Relay:
         while not self._stopping.is_set():
             try:
                 full = await self._round(client)
-                await self._read_backlog()
             except (SchedError, SQLAlchemyError) as exc:
                 failures += 1
                 down_since = down_since or time.monotonic()
@@ -183,8 +190,10 @@ class Relay:
                 what = "schedd" if isinstance(exc, SchedError) else "the database"
                 log.warning("outbox relay: %s failed (%s); retrying in %.1f s (failure %d)",
                             what, _one_line(exc), delay, failures)  # fmt: skip
+                await self._read_backlog()  # the lag grows while schedd is down: show it
                 await self._sleep(delay)
                 continue
+            await self._read_backlog()
             if failures:
                 log.info("outbox relay: working again after %.1f s and %d failures",
                          time.monotonic() - down_since, failures)  # fmt: skip
@@ -204,11 +213,14 @@ class Relay:
         self._wake.clear()
 
     async def _read_backlog(self) -> None:
+        """Reads the unsent rows' count and age for the gauges, at most once a second (the
+        database down: the last values stay)."""
         now = time.monotonic()
         if now - self._backlog_read < 1.0:
             return
         self._backlog_read = now
-        self.unsent, self._oldest_ms = await asyncio.to_thread(self.rows.backlog)
+        with contextlib.suppress(SQLAlchemyError):
+            self.unsent, self._oldest_ms = await asyncio.to_thread(self.rows.backlog)
 
     async def _round(self, client: AsyncClient) -> bool:
         """One claim, sent and marked; True when it was a full batch (more may wait)."""

@@ -25,7 +25,6 @@ from schedd._errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
     SchedError,
     Unavailable,
 )
@@ -35,12 +34,13 @@ from schedd.outbox._table import ACTION_CREATE, ACTION_TRIGGER
 from schedd.v1 import execution_pb2, job_pb2
 
 #: What schedd says when it refuses a row for good: sending it again would be refused again.
+#: Not PERMISSION_DENIED nor UNAUTHENTICATED: a relay's token or role is fixed in its
+#: configuration, and its rows must wait for that, not fail.
 REFUSED_FOR_GOOD: tuple[type[SchedError], ...] = (
     InvalidArgument,
     NotFound,
     AlreadyExists,
     FailedPrecondition,
-    PermissionDenied,
 )
 
 #: How many executions of a job one lookup reads at most, newest first.
