@@ -13,7 +13,7 @@ from typing import Any
 from urllib.request import urlopen
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, create_engine, func, select, update
 
 from schedd import outbox
 from schedd.client import Client
@@ -83,9 +83,9 @@ def test_a_relay_killed_between_send_and_mark_doubles_nothing(
         hook, log = tmp_path / "sent-ids", tmp_path / "relay.log"
         stop_env = {outbox.STOP_AFTER_SEND_ENV: str(hook)}
         killed = []
-        # One row a claim, held 5 s: the first relay stops after sending row 1, the second
-        # (row 1 still held by the dead one) after sending row 2.
-        one_held = ("--batch", "1", "--poll-s", "0.1", "--call-timeout-s", "1", "--lease-s", "5")
+        # One row a claim, held a minute: the first relay stops after sending row 1, the
+        # second (row 1 still held by the dead one) after sending row 2.
+        one_held = ("--batch", "1", "--poll-s", "0.1", "--call-timeout-s", "1", "--lease-s", "60")
         for n in (1, 2):
             with relay_proc(db_url, node.endpoint, *one_held, env=stop_env, log=log) as proc:
                 killed.append(_wait_stopped_after_send(hook, n, proc, log))
@@ -93,6 +93,9 @@ def test_a_relay_killed_between_send_and_mark_doubles_nothing(
                 proc.wait(10)
         assert killed == [1, 2]
         assert [r.state for r in _states(engine)] == ["unsent"] * 4  # sent, but never marked
+        t = outbox.outbox_table()
+        with engine.begin() as conn:  # a minute passes: the dead relays' leases run out
+            conn.execute(update(t).values(claimed_until_ms=t.c.claimed_until_ms - 60_000))
         with relay_proc(db_url, node.endpoint, *RELAY_ARGS, log=log):
             rows = _wait_all_sent(engine, 30, log)
         assert [r.adopted for r in rows] == [True, False, False, False]

@@ -230,6 +230,7 @@ class Relay:
         )
         if not rows:
             return False
+        before = self.sent + self.failed
         try:
             for row in rows:
                 # Send only while the claim surely holds the row, a call's deadline to spare.
@@ -239,6 +240,9 @@ class Relay:
         finally:
             with contextlib.suppress(SQLAlchemyError):
                 await asyncio.to_thread(self.rows.release, token)
+            if done := self.sent + self.failed - before:
+                log.info("outbox relay: %d of %d claimed rows handled (ids %d-%d)",
+                         done, len(rows), rows[0].id, rows[-1].id)  # fmt: skip
         return len(rows) == cfg.batch
 
     async def _one(self, client: AsyncClient, row: Row, token: str) -> None:
@@ -258,7 +262,7 @@ class Relay:
         if await asyncio.to_thread(self.rows.mark_sent, row, token, sent.result, _now_ms(),
                                    sent.adopted):  # fmt: skip
             self.sent += 1
-            log.info("outbox relay: row %d sent: %s", row.id, sent.what)
+            log.debug("outbox relay: row %d sent: %s", row.id, sent.what)
         else:
             log.warning("outbox relay: row %d was sent but its claim had run out; another relay"
                         " holds it now", row.id)  # fmt: skip
