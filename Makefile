@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # etcd's server binary; Debian's etcd-server package when it is not on PATH. The tests also
-# use faketime (a node with a skewed clock), openssl (certificates for TLS to etcd) and
+# use faketime (a node with a skewed clock), postgresql (the outbox's tests start a private
+# server), openssl (certificates for TLS to etcd) and
 # promtool (Debian's prometheus package: checks cluster/prometheus) and chromium (the
 # dashboard's browser test, driven by Playwright): installed too when missing, but not required.
 etcd:
@@ -29,6 +30,11 @@ etcd:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq faketime >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq faketime >/dev/null 2>&1; } || \
 	  echo "faketime not installed: the clock-skew cluster test will be skipped"; }
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null 2>&1; } || \
+	  echo "postgresql not installed: the outbox's PostgreSQL tests will be skipped (outside CI)"; }
 	@command -v openssl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssl >/dev/null 2>&1 || \

@@ -19,6 +19,7 @@ from schedd.cli._bootstrap import token_group
 from schedd.cli._keys import encryption_keys_option, keys
 from schedd.cli._kinds import job_kind_configs, job_kind_options
 from schedd.cli._node_command import node_config, serve_node
+from schedd.cli._outbox import outbox
 from schedd.cli._serve_flags import http_options, metrics_option, tls_files, tls_options
 from schedd.cli._store_cmd import store_group
 from schedd.cli._store_flags import store_options
@@ -342,6 +343,7 @@ def dev(
 main.add_command(token_group)
 main.add_command(keys)
 main.add_command(store_group)
+main.add_command(outbox)
 
 if __name__ == "__main__":
     main()
