@@ -36,7 +36,17 @@ DEFAULT_TIMEOUT_MS = 5 * 60_000
 MAX_CATCH_UP_LIMIT = 10_000
 
 #: Fields the server sets; a client's values for them are ignored.
-OUTPUT_FIELDS = ("created_ms", "updated_ms", "next_fire_ms", "last_fire_ms", "version", "partition")
+OUTPUT_FIELDS = (
+    "created_ms",
+    "updated_ms",
+    "next_fire_ms",
+    "last_fire_ms",
+    "version",
+    "partition",
+    "children",
+)
+#: The most parents a job may name (``after``).
+MAX_PARENTS = 32
 
 _URL = re.compile(r"^https?://[^/\s?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -68,7 +78,7 @@ def validate_new_job(
 
 def validate_new_job_parsed(
     job: job_pb2.Job, *, now_ms: int, id_factory: Callable[[], str]
-) -> tuple[job_pb2.Job, Schedule]:
+) -> tuple[job_pb2.Job, Schedule | None]:
     """:func:`validate_new_job`, with the schedule it parsed (a create parses it once)."""
     out = job_pb2.Job()
     out.CopyFrom(job)
@@ -84,8 +94,9 @@ def validate_new_job_parsed(
     return out, schedule
 
 
-def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> Schedule:
-    """Check and default the mutable part of ``job`` in place; returns the parsed schedule.
+def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> Schedule | None:
+    """Check and default the mutable part of ``job`` in place; returns the parsed schedule
+    (None for a job with parents, which has none).
 
     Defaults: retry (3 attempts, 1 s initial, 5 min max backoff, multiplier 2), misfire ONCE
     with a catch-up limit of 10, overlap ALLOW, a 5 min timeout, queue ``"default"``, HTTP
@@ -95,7 +106,7 @@ def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> Schedule:
         InvalidArgument: The first rule broken, with its dotted field path.
     """
     job.name = check_text("job.name", job.name, required=True)
-    schedule = _check_schedule(job.schedule, anchor_ms)
+    schedule = _check_schedule(job.schedule, anchor_ms) if not _check_after(job) else None
     _check_target(job)
     check_payload("job.payload", job.payload)
     _check_retry(job.retry)
@@ -107,6 +118,29 @@ def normalise_spec(job: job_pb2.Job, *, anchor_ms: int) -> Schedule:
     job.labels.clear()
     job.labels.update(labels)
     return schedule
+
+
+def _check_after(job: job_pb2.Job) -> bool:
+    """Checks ``job.after`` (parents given by id or name; the API resolves them); returns
+    whether the job has parents. A job with parents has no schedule, so its misfire policy
+    and jitter do not apply either."""
+    if not job.after:
+        return False
+    if len(job.after) > MAX_PARENTS:
+        raise InvalidArgument("job.after", f"at most {MAX_PARENTS} parents")
+    seen: set[str] = set()
+    for n, parent in enumerate(job.after):
+        ref = check_text(f"job.after[{n}]", parent, required=True)
+        if ref in seen:
+            raise InvalidArgument(f"job.after[{n}]", f"{ref!r} is named twice")
+        seen.add(ref)
+        job.after[n] = ref
+    if job.schedule.expr.strip():
+        raise InvalidArgument(
+            "job.schedule.expr", "a job with parents (after) runs when they succeed: no schedule"
+        )
+    job.schedule.Clear()
+    return True
 
 
 def _check_schedule(schedule: job_pb2.Schedule, anchor_ms: int) -> Schedule:

@@ -22,6 +22,7 @@ MUTABLE_PATHS = (
     "overlap",
     "jitter_ms",
     "labels",
+    "after",
 )
 _TARGETS = ("handler", "http", "shell")
 _MESSAGE_PATHS = ("schedule", "retry", "misfire")
@@ -89,6 +90,12 @@ def _apply_path(out: job_pb2.Job, patch: job_pb2.Job, path: str) -> None:
     if path == "labels":
         out.labels.clear()
         out.labels.update(patch.labels)
+        return
+    if path == "after":
+        del out.after[:]
+        out.after.extend(patch.after)
+        if patch.after:  # a job with parents has no schedule: it goes with them
+            out.schedule.Clear()
         return
     head, _, sub = path.partition(".")
     if sub:

@@ -138,8 +138,9 @@ class NodeApi(AdminCalls):
 
     def _validated(
         self, job: job_pb2.Job, now: int, field: str = "job"
-    ) -> tuple[job_pb2.Job, Schedule]:
-        """The normalised job and its schedule, parsed once for the whole create."""
+    ) -> tuple[job_pb2.Job, Schedule | None]:
+        """The normalised job and its schedule, parsed once for the whole create (None: a
+        job with parents, which has none)."""
         try:
             out, sched = validate_new_job_parsed(job, now_ms=now, id_factory=self.id_factory)
         except InvalidArgument as exc:
@@ -147,7 +148,7 @@ class NodeApi(AdminCalls):
                 raise
             # In a batch, the field names the item: jobs[3].schedule.expr.
             raise InvalidArgument(field + exc.field[3:], exc.reason) from exc
-        if sched.next_fire(now - 1) is None:
+        if sched is not None and sched.next_fire(now - 1) is None:
             raise InvalidArgument(f"{field}.schedule.expr", "the schedule has no fire after now")
         return out, sched
 
@@ -184,7 +185,7 @@ class NodeApi(AdminCalls):
         caller.require_api()
         results: list[scheduler_pb2.BatchCreateJobsResult | None] = []
         valid: list[job_pb2.Job] = []
-        schedules: list[Schedule] = []
+        schedules: list[Schedule | None] = []
         slots: list[int] = []
         adding: dict[str, int] = {}
         counted: dict[str, int] = {}

@@ -10,6 +10,7 @@ redrive) re-tokens the execution it points at. Pure planning: :class:`ClaimPlann
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from schedd.model import execution_from, execution_template, new_execution
@@ -22,6 +23,7 @@ from schedd.store import (
     PartitionStore,
     StoredJob,
 )
+from schedd.store.abc import Op
 from schedd.v1 import execution_pb2, job_pb2
 
 log = logging.getLogger(__name__)
@@ -65,10 +67,18 @@ class Claim:
 class ClaimPlanner:
     """Plans the claims of one partition; caches each job's parsed schedule per spec revision."""
 
-    def __init__(self, store: PartitionStore, grace_ms: int) -> None:
+    def __init__(
+        self,
+        store: PartitionStore,
+        grace_ms: int,
+        *,
+        tell: Callable[[execution_pb2.Execution], list[Op]] = lambda ex: [],
+    ) -> None:
         self.store = store
         self.partition = store.partition
         self.grace_ms = grace_ms
+        # The arrivals a missed fire leaves at its job's children (written with the claim).
+        self._tell = tell
         self._compiled: dict[str, _Compiled] = {}  # job id -> its current spec, compiled
 
     def forget(self, job_id: str) -> None:
@@ -139,7 +149,8 @@ class ClaimPlanner:
             state = JobState(due_next if due_next != entry.due_ms else due_next + 1, nxt, last)
         else:
             state = JobState(0, 0, last)
-        item = self.store.claim_fire(cached, entry, executions, state)
+        then = [op for ex in missed for op in self._tell(ex)]
+        item = self.store.claim_fire(cached, entry, executions, state, then)
         return Claim(entry, item, executions, state, missed)
 
     def _new_run(

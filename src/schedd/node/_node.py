@@ -42,7 +42,7 @@ from schedd.node._fire_policy import FirePolicy, Waiter
 from schedd.node._live import OwnedPartitions
 from schedd.node._local import VERSION, LocalReads
 from schedd.node._metrics import node_gauges
-from schedd.node._notify import NotifyWatcher
+from schedd.node._notify import ArrivalWatcher, NotifyWatcher
 from schedd.node._partition import Partition
 from schedd.node._server import NodeServer
 from schedd.node._settling import ResultRouter
@@ -233,6 +233,7 @@ class Node:
             self.dispatcher, self.health, self.recorder if self._metered else None,
         )  # fmt: skip
         self.notify = NotifyWatcher(self.kv, self.keys, partitions, clock)
+        self.arrivals = ArrivalWatcher(self.kv, self.keys, partitions, clock)
         self.upkeep = StoreUpkeep(
             self.kv, self.keys, cfg, clock, self.health, partitions, self._store_failed
         )
@@ -241,6 +242,7 @@ class Node:
         cfg = self.config
         self._run_supervised("coordinate", self.coordinator.run)
         self._run_supervised("notify watch", self.notify.run)
+        self._run_supervised("arrival watch", self.arrivals.run)
         self._run_supervised("store probe", self.upkeep.probe)
         if cfg.compaction_interval_s > 0:
             self._run_supervised("compaction", self.upkeep.compact)

@@ -68,3 +68,35 @@ class NotifyWatcher:
             part.add_created(notice.created_entries(partition, revision))
         if notice.changed:
             part.doubt(notice.changed)
+
+
+class ArrivalWatcher:
+    """Routes arrivals (``arrive/{p}/{child}/{T}/{parent}``: a parent's execution ended) to
+    the partitions this node runs, which start or skip the child's execution. A lost event
+    costs only time: each partition reads all its arrivals every few seconds anyway."""
+
+    def __init__(self, kv: KV, keys: Keys, partitions: OwnedPartitions, clock: Clock) -> None:
+        self.kv = kv
+        self.keys = keys
+        self.partitions = partitions
+        self.clock = clock
+
+    async def run(self) -> None:
+        """Watches until cancelled; a broken watch is re-established from a fresh read."""
+        start = self.keys.arrive_all_prefix()
+        end = prefix_end(start)
+        while True:
+            try:
+                _, rev, _ = await self.kv.range(start, end, limit=1, keys_only=True)
+                async for batch in self.kv.watch(start, end, rev + 1):
+                    for ev in batch.events:
+                        if ev.kind == "put":
+                            p, child, fire_ms, _ = self.keys.parse_arrive_key(ev.kv.key)
+                            part = self.partitions.get(p)
+                            if part is not None:
+                                part.arrived(child, fire_ms)
+            except WatchCompacted:
+                continue  # the partitions' own reads find what was missed
+            except SchedError as exc:
+                log.warning("arrival watch failed: %s; watching again", exc)
+                await self.clock.sleep(0.5)

@@ -17,7 +17,8 @@ from schedd._errors import FencedOut, SchedError
 from schedd._gc import freeze_survivors
 from schedd.node._claims import Claim
 from schedd.node._live import Live
-from schedd.node._part_core import PartitionCore, carried_by
+from schedd.node._part_core import carried_by
+from schedd.node._part_deps import Depending
 from schedd.store import FIRE, DueEntry, JobView, StoredJob, execution_id
 from schedd.v1 import execution_pb2
 
@@ -28,7 +29,7 @@ BACKLOG_POLL_MS = 50
 _PROBE_MARGIN_MS = 1_000
 
 
-class Claiming(PartitionCore):
+class Claiming(Depending):
     """The claim loop of a partition, and its reconciliation with the store."""
 
     async def _claim_loop(self) -> None:
@@ -67,7 +68,9 @@ class Claiming(PartitionCore):
             await self._reload_window()
         if self._doubts.ripen(self.clock.now_ms()):
             await self._settle_doubts()
-        return await self._claim_round()
+        await self.settle_arrivals()
+        wait_ms = await self._claim_round()
+        return min(wait_ms, max(1, self._rescan_at - self.clock.now_ms())) if wait_ms else 0
 
     async def _claim_round(self) -> int:
         now = self.clock.now_ms()
@@ -350,7 +353,9 @@ class Claiming(PartitionCore):
         cancelled = [r for r in runs if r.state == execution_pb2.EXECUTION_CANCELLED]
         if not cancelled:
             return list(runs)
-        applied = await self.store.apply([self.store.finish_run(r) for r in cancelled])
+        applied = await self.store.apply(
+            [self.store.finish_run(r, then=self.told(r)) for r in cancelled]
+        )
         written = self.sort_out(applied, carried_by(cancelled), "cancellation")
         ended = [r for r, rev in zip(cancelled, written.revisions, strict=True) if rev]
         self.history.record(ended)

@@ -37,6 +37,7 @@ from schedd.node._refusals import RefusedWrites
 from schedd.node._window import DueWindow
 from schedd.obs import MetricsRecorder, NoopRecorder
 from schedd.store import Applied, DueEntry, Item, PartitionStore, StoredJob
+from schedd.store.abc import Op
 from schedd.timerwheel import TimerWheel, WheelDriver
 from schedd.v1 import execution_pb2, worker_pb2
 
@@ -100,7 +101,7 @@ class PartitionCore:
         self.outbound = outbound
         self.events = events
         self.recorder: MetricsRecorder = recorder or NoopRecorder()
-        self.planner = ClaimPlanner(store, config.grace_ms)
+        self.planner = ClaimPlanner(store, config.grace_ms, tell=self.told)
         self.window = DueWindow()
         self.jobs: dict[str, StoredJob] = {}
         self.live: dict[str, Live] = {}
@@ -125,6 +126,11 @@ class PartitionCore:
         raise NotImplementedError  # the firing part's
 
     # -- the one fenced write ---------------------------------------------------------------
+
+    def told(self, ex: execution_pb2.Execution) -> list[Op]:
+        """The ops that tell the children of ``ex``'s job how ``ex`` ended (see
+        ``_part_deps.Depending``, which knows them); none here."""
+        return []
 
     async def write(
         self,

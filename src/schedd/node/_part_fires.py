@@ -89,7 +89,7 @@ class Firing(PartitionCore):
             final.state = execution_pb2.EXECUTION_SKIPPED
             final.reason = SKIPPED_REASON
             final.finished_ms = now
-            items.append(self.store.finish_run(live.ex))
+            items.append(self.store.finish_run(live.ex, then=self.told(final)))
             finals.append(final)
         await self._record_ended(items, finals, "skips")
 
@@ -100,7 +100,7 @@ class Firing(PartitionCore):
         for live, problem in refused:
             self.drop(live)
             dead = refusal(live.ex, problem, now)
-            items.append(self.store.finish_run(live.ex, dead_record=dead))
+            items.append(self.store.finish_run(live.ex, dead_record=dead, then=self.told(dead)))
             finals.append(dead)
             log.error(
                 "execution %s is a dead letter, not dispatched: %s", live.ex.id, problem,

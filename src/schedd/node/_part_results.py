@@ -146,18 +146,24 @@ class Settling(PartitionCore):
             out += await self._write_settled(todo, now)
         return out
 
-    def _item(self, live: Live, s: Settlement) -> Item:
+    def _item(self, live: Live, s: Settlement, r: worker_pb2.Result) -> Item:
         if s.fate in (Fate.SUCCEEDED, Fate.CANCELLED):
-            return self.store.finish_run(live.ex)
+            ended = execution_pb2.Execution(
+                job_id=live.ex.job_id, scheduled_ms=live.ex.scheduled_ms, reason=r.error,
+                state=execution_pb2.EXECUTION_SUCCEEDED if s.fate is Fate.SUCCEEDED
+                else execution_pb2.EXECUTION_CANCELLED,
+            )  # fmt: skip
+            return self.store.finish_run(live.ex, then=self.told(ended))
         if s.fate is Fate.DEAD:
-            return self.store.finish_run(live.ex, dead_record=s.record)
+            assert s.record is not None
+            return self.store.finish_run(live.ex, dead_record=s.record, then=self.told(s.record))
         assert s.record is not None
         return self.store.rewrite_run(s.record, add_due_ms=s.retry_due_ms)
 
     async def _write_settled(
         self, todo: list[tuple[int, Live, worker_pb2.Result, Settlement]], now: int
     ) -> list[Judged]:
-        items = [self._item(live, s) for _, live, _, s in todo]
+        items = [self._item(live, s, r) for _, live, r, s in todo]
         carried = carried_by(live.ex for _, live, _, _ in todo)
         written = await self.write(items, carried, "result", orphans=True)
         if written is None:

@@ -24,6 +24,9 @@ from schedd.model import (
     parse_execution_id,
 )
 from schedd.store._address import RocksConfig, StoreConfig, open_store, parse_store, store_address
+from schedd.store._arrivals import OK as ARRIVED_OK
+from schedd.store._arrivals import SKIP as ARRIVED_SKIP
+from schedd.store._arrivals import Arrivals, Waiting
 from schedd.store._envelope import EncryptionKey, Keyring, read_keyring_file
 from schedd.store._group import Committed, GroupCommit
 from schedd.store._jobs import JobStore
@@ -80,12 +83,15 @@ from schedd.store.memory import FaultPlan, MemoryKV
 from schedd.store.rocksdb import RocksKV
 
 __all__ = [
+    "ARRIVED_OK",
+    "ARRIVED_SKIP",
     "DEFAULT_PREFIX",
     "FIRE",
     "KV",
     "NOTIFY_MAX_IDS",
     "RUN",
     "Applied",
+    "Arrivals",
     "Committed",
     "Compare",
     "DueEntry",
@@ -124,6 +130,7 @@ __all__ = [
     "TenantStore",
     "TxnRejected",
     "TxnResult",
+    "Waiting",
     "WatchBatch",
     "WatchCompacted",
     "WatchEvent",

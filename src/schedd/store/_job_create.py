@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from schedd._errors import AlreadyExists, Conflict, JobNotFound, SchedError
 from schedd.model import same_spec
 from schedd.schedule import Schedule, jitter_offset_ms, parse_schedule
+from schedd.store._deps import Graph, Link, check_parents, relink, resolve_parents
 from schedd.store._names import check_unique_names, name_taken
 from schedd.store._notify import notify_ops
 from schedd.store._records import FIRE, DueEntry, JobState
@@ -38,7 +39,7 @@ def first_state(job: job_pb2.Job, after_ms: int, schedule: Schedule | None = Non
     ``schedule``: the job's schedule if the caller parsed it already (anchored at its
     ``created_ms``); parsed here otherwise.
     """
-    if job.paused:
+    if job.paused or job.after:  # a job with parents fires when they succeed, not by time
         return JobState()
     if schedule is None:
         schedule = parse_schedule(
@@ -65,10 +66,12 @@ async def create_jobs(
     store: JobStore,
     jobs: Sequence[job_pb2.Job],
     now_ms: int,
-    schedules: Sequence[Schedule] | None = None,
+    schedules: Sequence[Schedule | None] | None = None,
 ) -> list[Created]:
     """See :meth:`JobStore.create_jobs`."""
     parsed: Sequence[Schedule | None] = schedules or [None] * len(jobs)
+    if any(j.after for j in jobs):
+        return await _create_in_order(store, jobs, now_ms, parsed)
     batch = store.batch
     starts = range(0, len(jobs), batch)
     if len(starts) <= 1 or _needs_order(jobs):
@@ -94,17 +97,58 @@ async def create_jobs(
     return [item for part in parts if not isinstance(part, BaseException) for item in part]
 
 
+async def _create_in_order(
+    store: JobStore,
+    jobs: Sequence[job_pb2.Job],
+    now_ms: int,
+    parsed: Sequence[Schedule | None],
+) -> list[Created]:
+    """A call with jobs that have parents: the others first (a job may name a parent made
+    earlier in the call), then each job with parents in a transaction of its own, which also
+    rewrites its parents' specs (two in one transaction could write one parent twice)."""
+    out: dict[int, Created] = {}
+    plain = [n for n, j in enumerate(jobs) if not j.after]
+    if plain:
+        made = await create_jobs(
+            store, [jobs[n] for n in plain], now_ms, [parsed[n] for n in plain]
+        )
+        out.update(zip(plain, made, strict=True))
+    for n, job in enumerate(jobs):
+        if job.after:
+            out[n] = await _create_dependent(store, job, now_ms)
+    return [out[n] for n in range(len(jobs))]
+
+
+async def _create_dependent(store: JobStore, job: job_pb2.Job, now_ms: int) -> Created:
+    """One job with parents: resolved, checked and linked (retried while a parent changes)."""
+    for _ in range(5):
+        graph = Graph(store.kv, store.keys)
+        try:
+            await resolve_parents(graph, job, store.names)
+            await check_parents(graph, job)
+            link = relink(store.kv, store.keys, graph, store.partitions, job.id, (), job.after)
+        except SchedError as exc:
+            return exc
+        [made] = await _create_chunk(store, [job], [None], now_ms, link)
+        if not isinstance(made, Conflict):
+            return made
+    return Conflict(f"job {job.id!r}: its parents kept changing; retry")
+
+
 async def _create_chunk(
     store: JobStore,
     jobs: Sequence[job_pb2.Job],
     schedules: Sequence[Schedule | None],
     now_ms: int,
+    link: Link | None = None,
 ) -> list[Created]:
+    """``link``: for a single job with parents, what rewrites their specs."""
     k, o = store.keys, store.ops
     nested: list[Op] = []
     states: list[JobState] = []
     touched: dict[int, list[tuple[str, int, int]]] = {}
     clashes = check_unique_names(jobs)  # a name twice in one txn would be refused whole
+    changed: dict[int, list[str]] = {}
     for n, (job, schedule) in enumerate(zip(jobs, schedules, strict=True)):
         if n in clashes:
             states.append(JobState())
@@ -130,8 +174,12 @@ async def _create_chunk(
             entry = DueEntry(job.partition, state.due_ms, job.id, FIRE, state.next_fire_ms)
             ops.append(o.put(k.due_key(job.partition, state.due_ms, job.id), entry.encode()))
             touched.setdefault(job.partition, []).append((job.id, state.due_ms, state.next_fire_ms))
+        if link is not None:
+            cmps += link[0]
+            ops += link[1]
+            changed = link[2]
         nested.append(o.txn(cmps, ops))
-    resp = await store.kv.txn([], nested + notify_ops(o, k, {}, touched))
+    resp = await store.kv.txn([], nested + notify_ops(o, k, changed, touched))
     rev = resp.revision
     out: list[Created] = []
     for n, job in enumerate(jobs):

@@ -16,6 +16,14 @@ from schedd._errors import Conflict, JobNotFound, NotFound, SchedError
 from schedd.model import new_execution, parse_execution_id
 from schedd.schedule import Schedule
 from schedd.store import _dead_letters, _job_create
+from schedd.store._deps import (
+    Graph,
+    Link,
+    check_parents,
+    refuse_delete_with_children,
+    relink,
+    resolve_parents,
+)
 from schedd.store._job_create import first_state
 from schedd.store._keys import Keys, partition_of
 from schedd.store._names import JobNames
@@ -76,7 +84,7 @@ class JobStore:
         self,
         jobs: Sequence[job_pb2.Job],
         now_ms: int,
-        schedules: Sequence[Schedule] | None = None,
+        schedules: Sequence[Schedule | None] | None = None,
     ) -> list[tuple[job_pb2.Job, bool] | SchedError]:
         """Creates validated jobs (ids assigned); per job (job, created) or the error.
 
@@ -237,11 +245,24 @@ class JobStore:
                     f"job {job_id!r} is at version {stored.spec_revision}, not {expected_version}"
                 )
             new = mutate(job_pb2.Job.FromString(stored.job.SerializeToString()))
+            link = await self._relink(stored.job, new)
             runs = await self._runs(job_id, opened=False)
-            result = await self._replace(stored, new, runs, now_ms)
+            result = await self._replace(stored, new, runs, now_ms, link)
             if result is not None:
                 return result
         raise Conflict(f"job {job_id!r} kept changing while being updated; retry")
+
+    async def _relink(self, old: job_pb2.Job, new: job_pb2.Job) -> Link:
+        """What moves ``new`` between its old and new parents' ``children`` (names in its
+        ``after`` resolved; cycles and mixed roots refused)."""
+        if not old.after and not new.after:
+            return [], [], {}
+        graph = Graph(self.kv, self.keys)
+        await graph.specs_of(old.after)
+        await resolve_parents(graph, new, self.names)
+        if new.after:
+            await check_parents(graph, new)
+        return relink(self.kv, self.keys, graph, self.partitions, new.id, old.after, new.after)
 
     async def _replace(
         self,
@@ -249,10 +270,13 @@ class JobStore:
         new: job_pb2.Job,
         runs: Sequence[execution_pb2.Execution],
         now_ms: int,
+        link: Link,
     ) -> job_pb2.Job | None:
         k, o, job_id = self.keys, self.ops, stored.job.id
         p = self.partition(job_id)
         cmps, ops, due_keys, _ = self._drop_future_runs(runs, now_ms, all_triggers=False)
+        cmps += link[0]
+        ops += link[1]
         name_cmps, name_ops = await self.names.move(
             job_id, stored.job.tenant, stored.job.name, new.name
         )
@@ -276,7 +300,7 @@ class JobStore:
         if new_due is not None:
             entry = DueEntry(p, state.due_ms, job_id, FIRE, state.next_fire_ms)
             ops.append(o.put(new_due, entry.encode()))
-        ops += notify_ops(o, k, {p: [job_id]})
+        ops += notify_ops(o, k, {**link[2], p: [job_id, *link[2].get(p, [])]})
         resp = await self.kv.txn(cmps, ops)
         if not resp.succeeded:
             return None
@@ -299,9 +323,14 @@ class JobStore:
         for _ in range(8):
             # Only revisions and keys are needed: a job whose secrets do not open here goes too.
             stored = await self.read(job_id, opened=False)
+            refuse_delete_with_children(stored.job)
+            gone = job_pb2.Job(id=job_id)
+            link = await self._relink(stored.job, gone)
             runs = await self._runs(job_id, opened=False)
             p = self.partition(job_id)
             cmps, ops, due_keys, dropped = self._drop_future_runs(runs, now_ms, all_triggers=True)
+            cmps += link[0]
+            ops += link[1]
             ops += [o.delete(key) for key in due_keys]
             count = len(dropped)
             for ex in runs:
@@ -330,7 +359,7 @@ class JobStore:
             ops += name_ops
             ckpts = k.ckpt_job_prefix(p, job_id)
             ops.append(o.delete(ckpts, prefix_end(ckpts)))
-            ops += notify_ops(o, k, {p: [job_id]})
+            ops += notify_ops(o, k, {**link[2], p: [job_id, *link[2].get(p, [])]})
             resp = await self.kv.txn(cmps, ops)
             if resp.succeeded:
                 return count

@@ -18,6 +18,11 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
     dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
     idem/{tenant}/{key}               job id (idempotent create)
+    arrive/{p:04d}/{child}/{T:013d}/{parent}
+                                      b"ok" or b"skip:{reason}": how the parent's execution for
+                                      the root fire T ended, written by the parent's owner with
+                                      that result; the child's owner starts or skips child@T
+    dskip/{p:04d}/{child}/{T:013d}    why child@T was skipped (its children were told so)
     tenants/{tenant}                  TenantLimits protobuf (rate, burst, max_running); every node
                                       mirrors the prefix
     tjobs/{tenant}/{job}              empty: the tenant's jobs, counted for its max_jobs quota
@@ -208,6 +213,30 @@ class Keys:
 
     def dlq_key(self, tenant: str, job_id: str, scheduled_ms: int) -> bytes:
         return self.dlq_prefix(tenant, job_id) + b"%013d" % scheduled_ms
+
+    # -- dependencies ---------------------------------------------------------------------------
+    def arrive_prefix(self, partition: int) -> bytes:
+        return self.prefix + b"arrive/%04d/" % partition
+
+    def arrive_all_prefix(self) -> bytes:
+        return self.prefix + b"arrive/"
+
+    def arrive_fire_prefix(self, partition: int, child: str, fire_ms: int) -> bytes:
+        return self.arrive_prefix(partition) + child.encode() + b"/%013d/" % fire_ms
+
+    def arrive_key(self, partition: int, child: str, fire_ms: int, parent: str) -> bytes:
+        """How ``parent``'s execution for the root fire ``fire_ms`` ended, for ``child``."""
+        return self.arrive_fire_prefix(partition, child, fire_ms) + parent.encode()
+
+    def parse_arrive_key(self, key: bytes) -> tuple[int, str, int, str]:
+        """``arrive/{p}/{child}/{T}/{parent}`` -> (partition, child, T, parent)."""
+        rest = key[len(self.arrive_all_prefix()) :]
+        p, child, fire, parent = rest.split(b"/", 3)
+        return int(p), child.decode(), int(fire), parent.decode()
+
+    def dskip_key(self, partition: int, child: str, fire_ms: int) -> bytes:
+        """Set once ``child``'s execution for the root fire ``fire_ms`` was skipped."""
+        return self.prefix + b"dskip/%04d/" % partition + child.encode() + b"/%013d" % fire_ms
 
     def partition_keys(self, partition: int) -> PartitionKeys:
         """The builders of one partition's keys, prefixes built once (the owner's hot path)."""

@@ -27,7 +27,7 @@ from schedd.store._records import (
 )
 from schedd.store._sealing import Sealer
 from schedd.store._types import Fence, KeyValue, prefix_end
-from schedd.store.abc import KV, KeyValueView, TxnRejected, TxnResult
+from schedd.store.abc import KV, KeyValueView, Op, TxnRejected, TxnResult
 from schedd.v1 import execution_pb2
 
 #: Compares and ops that must apply together for one job: a nested transaction made by the
@@ -311,8 +311,10 @@ class PartitionStore:
         entry: DueEntry,
         executions: Sequence[execution_pb2.Execution],
         next_state: JobState,
+        then: Sequence[Op] = (),
     ) -> Item:
-        """Moves a FIRE due key to the job's next fire and creates the executions it yields.
+        """Moves a FIRE due key to the job's next fire and creates the executions it yields
+        (``then``: more ops of the same write, e.g. the arrivals of missed fires).
 
         Exactly one execution per (job, scheduled time): each run key must not exist yet.
         Executions may be empty (every fire was missed or skipped): the key still moves.
@@ -334,6 +336,7 @@ class PartitionStore:
         if next_state.due_ms:
             value = DueEntry.encode_value(FIRE, next_state.next_fire_ms)
             ops.append(put(self._due_key(next_state.due_ms, jid), value))
+        ops.extend(then)
         return Item(self._txn(compares, ops))
 
     def unclaim(self, cached: StoredJob, executions: Sequence[execution_pb2.Execution]) -> Item:
@@ -411,10 +414,12 @@ class PartitionStore:
         execution: execution_pb2.Execution,
         *,
         dead_record: execution_pb2.Execution | None = None,
+        then: Sequence[Op] = (),
     ) -> Item:
         """Ends a live execution (compared on its token): its run key leaves etcd.
 
-        ``dead_record`` (state DEAD) is written to the dead-letter queue in the same txn.
+        ``dead_record`` (state DEAD) is written to the dead-letter queue in the same txn, and
+        so are ``then`` (the arrivals at the job's children).
         """
         run_key = self._run_key(execution.job_id.encode(), execution.scheduled_ms)
         ops = [self._delete(run_key)]
@@ -423,4 +428,5 @@ class PartitionStore:
         if dead_record is not None:
             dlq = self.keys.dlq_key(execution.tenant, execution.job_id, execution.scheduled_ms)
             ops.append(self._put(dlq, self._encode_execution(dead_record)))
+        ops.extend(then)
         return Item(self._txn([self._cmp_mod(run_key, execution.fencing_token)], ops))

@@ -82,6 +82,8 @@ class _TriggerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Trigger.Value
     """RedriveDeadLetters"""
     TRIGGER_CATCH_UP: _Trigger.ValueType  # 5
     """a fire missed during downtime, run late by the misfire policy"""
+    TRIGGER_DEPENDENCY: _Trigger.ValueType  # 6
+    """every parent's execution for the same fire SUCCEEDED"""
 
 class Trigger(_Trigger, metaclass=_TriggerEnumTypeWrapper):
     """How an execution came to be."""
@@ -96,6 +98,8 @@ TRIGGER_REDRIVE: Trigger.ValueType  # 4
 """RedriveDeadLetters"""
 TRIGGER_CATCH_UP: Trigger.ValueType  # 5
 """a fire missed during downtime, run late by the misfire policy"""
+TRIGGER_DEPENDENCY: Trigger.ValueType  # 6
+"""every parent's execution for the same fire SUCCEEDED"""
 Global___Trigger: _TypeAlias = Trigger  # noqa: Y015
 
 @_typing.final

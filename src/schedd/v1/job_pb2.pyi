@@ -348,6 +348,8 @@ class Job(_message.Message):
     LAST_FIRE_MS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    CHILDREN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Assigned by the server when empty on create. At most 200 bytes, no '/' or control chars."""
     tenant: _builtins.str
@@ -392,6 +394,18 @@ class Job(_message.Message):
     def misfire(self) -> Global___MisfirePolicy: ...
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Parents (job ids; create and update also take names of the job's tenant): the job has no
+        schedule of its own; for each fire T of its root (the one scheduled job every parent
+        descends from), its execution for T is created once every parent's execution for T has
+        SUCCEEDED. A parent that ends DEAD, MISSED, SKIPPED or CANCELLED leaves it SKIPPED.
+        """
+
+    @_builtins.property
+    def children(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Output only: the jobs that name this one in their `after`."""
+
     def __init__(
         self,
         *,
@@ -417,10 +431,12 @@ class Job(_message.Message):
         last_fire_ms: _builtins.int = ...,
         version: _builtins.int = ...,
         partition: _builtins.int = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        children: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["handler", b"handler", "http", b"http", "misfire", b"misfire", "retry", b"retry", "schedule", b"schedule", "shell", b"shell", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "handler", b"handler", "http", b"http", "id", b"id", "idempotency_key", b"idempotency_key", "jitter_ms", b"jitter_ms", "labels", b"labels", "last_fire_ms", b"last_fire_ms", "misfire", b"misfire", "name", b"name", "next_fire_ms", b"next_fire_ms", "overlap", b"overlap", "partition", b"partition", "paused", b"paused", "payload", b"payload", "retry", b"retry", "schedule", b"schedule", "shell", b"shell", "target", b"target", "tenant", b"tenant", "timeout_ms", b"timeout_ms", "updated_ms", b"updated_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "children", b"children", "created_ms", b"created_ms", "handler", b"handler", "http", b"http", "id", b"id", "idempotency_key", b"idempotency_key", "jitter_ms", b"jitter_ms", "labels", b"labels", "last_fire_ms", b"last_fire_ms", "misfire", b"misfire", "name", b"name", "next_fire_ms", b"next_fire_ms", "overlap", b"overlap", "partition", b"partition", "paused", b"paused", "payload", b"payload", "retry", b"retry", "schedule", b"schedule", "shell", b"shell", "target", b"target", "tenant", b"tenant", "timeout_ms", b"timeout_ms", "updated_ms", b"updated_ms", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["handler", "http", "shell"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015

@@ -874,6 +874,7 @@ class ListExecutionsRequest(_message.Message):
     STATES_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ROOT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     tenant: _builtins.str
     page_size: _builtins.int
@@ -881,6 +882,10 @@ class ListExecutionsRequest(_message.Message):
     page_token: _builtins.str
     """From the previous response (a keyset cursor: the last execution returned); empty for the
     first page. Anything else is INVALID_ARGUMENT naming page_token.
+    """
+    root: _builtins.str
+    """Only one root fire's executions: the root's execution id ("JOB@MILLIS"); its own and
+    those of every job after it (transitively) for the same fire.
     """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_execution_pb2.ExecutionState.ValueType]: ...
@@ -892,10 +897,11 @@ class ListExecutionsRequest(_message.Message):
         states: _abc.Iterable[_execution_pb2.ExecutionState.ValueType] | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        root: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "page_size", b"page_size", "page_token", b"page_token", "states", b"states", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "page_size", b"page_size", "page_token", b"page_token", "root", b"root", "states", b"states", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
