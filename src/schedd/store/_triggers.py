@@ -120,19 +120,10 @@ class Triggers:
                 break
             key_cmps: list[Compare] = []
             if tkey:
-                held = await self.kv.get(tkey)
-                record = TriggerKey.decode(held.value) if held is not None else None
-                if held is None or record is None:
-                    key_cmps.append(o.cmp_create(tkey, 0))
-                elif not record.expired(now_ms, ttl_ms):
-                    if record.payload_digest != digest:
-                        raise AlreadyExists(
-                            f"idempotency_key {idempotency_key!r} triggered execution "
-                            f"{record.execution_id!r} with a different payload"
-                        )
-                    return Triggered(record.execution_id, None)
-                else:  # expired, not swept yet: replaced if it is still the one read
-                    key_cmps.append(o.cmp_mod(tkey, held.mod_revision))
+                found = await self._held(tkey, idempotency_key, digest, now_ms, ttl_ms)
+                if isinstance(found, Triggered):
+                    return found
+                key_cmps.append(found)
             ex = new_execution(job, p, sched, now_ms, execution_pb2.TRIGGER_MANUAL)
             if payload:
                 ex.payload_override = payload
@@ -158,6 +149,30 @@ class Triggers:
             if not tkey or await self._slot_taken(run_key, due_key):
                 sched += 1
         raise SchedError(f"job {job.id!r}: could not find a free trigger slot")
+
+    async def _held(
+        self, tkey: bytes, idempotency_key: str, digest: str, now_ms: int, ttl_ms: int
+    ) -> Triggered | Compare:
+        """What the key's record says: the execution it made (its lifetime not over), or the
+        compare a new record is written under (absent; or expired, not swept yet: replaced if
+        it is still the one read).
+
+        Raises:
+            AlreadyExists: the record is for another payload.
+        """
+        o = self.kv.ops
+        held = await self.kv.get(tkey)
+        if held is None:
+            return o.cmp_create(tkey, 0)
+        record = TriggerKey.decode(held.value)
+        if record.expired(now_ms, ttl_ms):
+            return o.cmp_mod(tkey, held.mod_revision)
+        if record.payload_digest != digest:
+            raise AlreadyExists(
+                f"idempotency_key {idempotency_key!r} triggered execution "
+                f"{record.execution_id!r} with a different payload"
+            )
+        return Triggered(record.execution_id, None)
 
     async def _slot_taken(self, run_key: bytes, due_key: bytes) -> bool:
         return await self.kv.get(run_key) is not None or await self.kv.get(due_key) is not None
