@@ -121,6 +121,9 @@ def test_which_calls_are_idempotent() -> None:
     assert is_idempotent("BatchCreateJobs", both)
     assert not is_idempotent("BatchCreateJobs", mixed)
     assert not is_idempotent("BatchCreateJobs", scheduler_pb2.BatchCreateJobsRequest())
+    trigger = scheduler_pb2.TriggerJobRequest(id="j", idempotency_key="k")
+    assert is_idempotent("TriggerJob", trigger)
+    assert not is_idempotent("TriggerJob", scheduler_pb2.TriggerJobRequest(id="j"))
     for method in ("UpdateJob", "DeleteJob", "PauseJob", "TriggerJob", "RedriveDeadLetters"):
         assert not is_idempotent(method, None), method
 

@@ -213,6 +213,7 @@ def test_tables_and_other_commands(served: Served) -> None:
         ["job", "pause", "j-1"],
         ["job", "resume", "j-1"],
         ["job", "trigger", "j-1", "--payload", "{}"],
+        ["job", "trigger", "j-1", "--idempotency-key", "order-42"],
         ["job", "backfill", "j-1", "--start", "2026-03-01T00:00:00Z", "--end", "2026-03-02"],
         ["job", "delete", "j-1"],
         ["job", "update", "j-1", "--name", "n2", "--clear-payload"],
@@ -228,6 +229,7 @@ def test_tables_and_other_commands(served: Served) -> None:
     assert status["partitions"][0] == {"partition": 0, "owner": "n1", "epoch": 41}
     assert status["workers"][0]["worker_id"] == "w1"
     assert list(served.servicer.last("UpdateJob").update_paths) == ["payload", "name"]
+    assert served.servicer.last("TriggerJob").idempotency_key == "order-42"
 
 
 def test_a_node_that_did_not_answer_is_one_warning_line_and_in_the_json(served: Served) -> None:

@@ -308,11 +308,18 @@ def job_resume(job_id: str) -> None:
 @job_group.command("trigger")
 @click.argument("job_id", metavar="JOB")
 @click.option("--payload", help="JSON payload for this run only, @FILE or - for stdin.")
+@click.option(
+    "--idempotency-key",
+    default="",
+    help="Triggering again with this key (within 24 h) makes no new run: it prints the first.",
+)
 @output_option
-def job_trigger(job_id: str, payload: str | None) -> None:
+def job_trigger(job_id: str, payload: str | None, idempotency_key: str) -> None:
     """Run a job once, now."""
     value = parse_json("--payload", payload)
-    execution = settings().client().trigger_job(job_id_of(job_id), value)
+    execution = (
+        settings().client().trigger_job(job_id_of(job_id), value, idempotency_key=idempotency_key)
+    )
     emit(settings().output, execution_to_dict(execution))
 
 

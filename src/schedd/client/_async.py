@@ -284,9 +284,18 @@ class AsyncClient(AdminCalls):
         """Resume a paused job."""
         return await self._call(self._stub.ResumeJob, scheduler_pb2.ResumeJobRequest(id=job_id))
 
-    async def trigger_job(self, job_id: str, payload: Any = None) -> execution_pb2.Execution:
-        """Run the job once now; ``payload`` (if given) overrides the job's for this run."""
-        req = scheduler_pb2.TriggerJobRequest(id=job_id, payload=encode_payload(payload))
+    async def trigger_job(
+        self, job_id: str, payload: Any = None, *, idempotency_key: str = ""
+    ) -> execution_pb2.Execution:
+        """Run the job once now; ``payload`` (if given) overrides the job's for this run.
+
+        With ``idempotency_key``, calling again with the same key (and payload) within 24 h
+        creates nothing and returns the execution the first call made (the same id), so a
+        call whose answer was lost can be retried, on any node; the same key with another
+        payload raises :class:`~schedd.AlreadyExists`."""
+        req = scheduler_pb2.TriggerJobRequest(
+            id=job_id, payload=encode_payload(payload), idempotency_key=idempotency_key
+        )
         return await self._call(self._stub.TriggerJob, req)
 
     async def backfill_job(

@@ -9,7 +9,8 @@ Which calls are retried on another node (the rule is :func:`is_idempotent`):
   stopped process) leaves time for the next one;
 - ``CreateJob`` whose job carries an ``idempotency_key``, and ``BatchCreateJobs`` whose jobs all
   carry one: the key lives in etcd, so a second node answers with the job the first one made
-  (``created`` False) instead of making another;
+  (``created`` False) instead of making another; ``TriggerJob`` with an ``idempotency_key``
+  likewise (a second node answers with the execution the first one made);
 - every other call (updates, deletes, pause, resume, trigger, backfill, redrive, creates without
   a key) only while its request cannot have left: the endpoint's channel never became ready
   (connection refused, or no connection within ``connect_timeout_s``). Once such a call was
@@ -61,6 +62,8 @@ def is_idempotent(method: str, request: Any) -> bool:
         return True
     if method == "CreateJob" and isinstance(request, scheduler_pb2.CreateJobRequest):
         return bool(request.job.idempotency_key)
+    if method == "TriggerJob" and isinstance(request, scheduler_pb2.TriggerJobRequest):
+        return bool(request.idempotency_key)
     if method == "BatchCreateJobs" and isinstance(request, scheduler_pb2.BatchCreateJobsRequest):
         return bool(request.jobs) and all(j.idempotency_key for j in request.jobs)
     return False

@@ -39,7 +39,7 @@ from schedd.node._api_admin import AdminCalls, page_size
 from schedd.node._queues import hide_free_slots
 from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
-from schedd.store import JobStore, TenantStore
+from schedd.store import TRIGGER_KEY_TTL_MS, JobStore, TenantStore
 from schedd.v1 import auth_pb2, execution_pb2, job_pb2, scheduler_pb2
 
 MAX_BATCH = 10_000
@@ -80,8 +80,11 @@ class NodeApi(AdminCalls):
         limits_of: Callable[[str], scheduler_pb2.TenantLimits | None] | None = None,
         on_token: Callable[[auth_pb2.ApiToken], None] | None = None,
         unserved: Callable[[job_pb2.Job], str | None] | None = None,
+        trigger_key_ttl_ms: int = TRIGGER_KEY_TTL_MS,
     ) -> None:
         self.jobs = jobs
+        #: How long a trigger's idempotency key is remembered.
+        self.trigger_key_ttl_ms = trigger_key_ttl_ms
         #: A warning when no connected worker could run a job's dispatches (None: one could).
         self._unserved = unserved or (lambda _job: None)
         self.views = views
@@ -267,16 +270,40 @@ class NodeApi(AdminCalls):
         return await self.jobs.set_paused(job.id, False, self.clock.now_ms())
 
     async def trigger_job(self, req: scheduler_pb2.TriggerJobRequest) -> execution_pb2.Execution:
+        """One execution, due now; with an idempotency key, the one that key made (same id,
+        its state now) when it made one within the key's lifetime."""
+        key = check_text("idempotency_key", req.idempotency_key)
         job = await self._job_for(req.id, write=True)
         check_payload("payload", req.payload)
-        now = self.clock.now_ms()
-        for sched in range(now, now + 1000):
-            created = await self.jobs.add_runs(
-                job, [sched], execution_pb2.TRIGGER_MANUAL, now, payload_override=req.payload
-            )
-            if created:
-                return created[0]
-        raise SchedError(f"job {job.id!r}: could not find a free trigger slot")
+        done = await self.jobs.trigger(
+            job,
+            self.clock.now_ms(),
+            payload=req.payload,
+            idempotency_key=key,
+            key_ttl_ms=self.trigger_key_ttl_ms,
+        )
+        if done.created is not None:
+            return done.created
+        return await self._triggered_before(job, done.execution_id)
+
+    async def _triggered_before(
+        self, job: job_pb2.Job, execution_id: str
+    ) -> execution_pb2.Execution:
+        """The execution an earlier trigger with the same key made: live in the store, or
+        finished (asked of every node, as GetExecution; UNAVAILABLE when it was not found and
+        some node did not answer). Once no node keeps it (its history pruned), the answer
+        carries what its id says."""
+        live = await self.jobs.get_live_execution(execution_id)
+        if live is not None:
+            return live
+        try:
+            return await self.views.get_execution(execution_id)
+        except ExecutionNotFound:
+            job_id, sched = parse_execution_id(execution_id)
+            return execution_pb2.Execution(
+                id=execution_id, job_id=job_id, tenant=job.tenant, scheduled_ms=sched,
+                trigger=execution_pb2.TRIGGER_MANUAL,
+            )  # fmt: skip
 
     async def backfill_job(
         self, req: scheduler_pb2.BackfillJobRequest

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from schedd._limits import GRPC_MAX_MESSAGE_BYTES
 from schedd._tls import TlsFiles
-from schedd.store import DEFAULT_PREFIX, EtcdConfig, Keyring, StoreConfig
+from schedd.store import DEFAULT_PREFIX, TRIGGER_KEY_TTL_MS, EtcdConfig, Keyring, StoreConfig
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,10 @@ class NodeConfig:
         default_timeout_ms: per-attempt timeout when a job sets none.
         compaction_interval_s: how often the node compacts etcd's history (0: never).
         compaction_keep_revisions: how many revisions of history compaction keeps.
+        trigger_key_ttl_ms: how long a trigger's idempotency key is remembered (24 h).
+        trigger_key_sweep_interval_s: how often expired trigger keys are deleted (one node
+            does it, the owner of partition 0; 0: never, a trigger still treats an expired
+            key as absent).
         history_ttl_ms: how long finished executions stay in the local history.
         history_prune_interval_s: how often history older than ``history_ttl_ms`` is deleted
             (besides once at start; 0: only at start).
@@ -129,6 +133,8 @@ class NodeConfig:
     default_timeout_ms: int = 300_000
     compaction_interval_s: float = 60.0
     compaction_keep_revisions: int = 50_000
+    trigger_key_ttl_ms: int = TRIGGER_KEY_TTL_MS
+    trigger_key_sweep_interval_s: float = 60.0
     history_ttl_ms: int = 7 * 86_400_000
     history_prune_interval_s: float = 60.0
     peer_timeout_ms: int = 2_000

@@ -222,7 +222,7 @@ class Node:
             self.jobs, ClusterViews(self.local, self.fanout, self.jobs), clock, auth=cfg.auth,
             audit=access.audit, limits_of=access.limits.get,
             on_token=tokens.add if tokens is not None else None,
-            unserved=self.dispatcher.unserved_warning,
+            unserved=self.dispatcher.unserved_warning, trigger_key_ttl_ms=cfg.trigger_key_ttl_ms,
         )  # fmt: skip
         self.gate = ApiGate(
             auth=cfg.auth, tokens=tokens, audit=access.audit,
@@ -246,6 +246,8 @@ class Node:
         self._run_supervised("store probe", self.upkeep.probe)
         if cfg.compaction_interval_s > 0:
             self._run_supervised("compaction", self.upkeep.compact)
+        if cfg.trigger_key_sweep_interval_s > 0:
+            self._run_supervised("trigger key sweep", self.upkeep.sweep_trigger_keys)
         if cfg.history_prune_interval_s > 0:
             pruner = HistoryPruner(self.history, self.clock, cfg.history_prune_interval_s)
             self._run_supervised("history prune", pruner.run)

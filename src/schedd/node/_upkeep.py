@@ -1,4 +1,5 @@
-"""A node's upkeep of its store: the reachability probe behind its health, and compaction."""
+"""A node's upkeep of its store: the reachability probe behind its health, compaction, and
+the sweep of expired trigger idempotency keys."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from schedd._errors import SchedError, Unavailable
 from schedd.node._config import NodeConfig
 from schedd.node._live import OwnedPartitions
 from schedd.obs import Health
-from schedd.store import KV, Keys, StoreFailed, prefix_end
+from schedd.store import KV, Keys, StoreFailed, expire_trigger_keys, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +77,22 @@ class StoreUpkeep:
                     await self.kv.compact(target)
             except SchedError as exc:
                 log.warning("compaction failed: %s", exc)
+
+    async def sweep_trigger_keys(self) -> None:
+        """Deletes trigger idempotency keys older than ``trigger_key_ttl_ms``, every
+        ``trigger_key_sweep_interval_s``; one node does it (the owner of partition 0). Each
+        deletion is compared on the key's mod revision, so two nodes sweeping at once (an
+        ownership moving) delete nothing twice and nothing a trigger just rewrote."""
+        while True:
+            await self.clock.sleep(self.config.trigger_key_sweep_interval_s)
+            if 0 not in self.partitions:
+                continue
+            try:
+                n = await expire_trigger_keys(
+                    self.kv, self.keys, self.clock.now_ms(), self.config.trigger_key_ttl_ms
+                )
+            except SchedError as exc:
+                log.warning("trigger key sweep failed: %s", exc)
+                continue
+            if n:
+                log.debug("deleted %d expired trigger idempotency keys", n)

@@ -57,8 +57,6 @@ class RelayConfig:
     backoff_max_s: float = 30.0
     #: Deadline of each call to schedd.
     call_timeout_s: float = 10.0
-    #: Clock difference allowed between relay and nodes, looking for a trigger's earlier run.
-    skew_ms: int = 5000
     #: Create the table when it does not exist.
     create_table: bool = False
 
@@ -246,11 +244,8 @@ class Relay:
         return len(rows) == cfg.batch
 
     async def _one(self, client: AsyncClient, row: Row, token: str) -> None:
-        async def taken(ids: Sequence[str]) -> set[str]:
-            return await asyncio.to_thread(self.rows.taken, ids, row.id)
-
         try:
-            sent = await send_row(client, row, taken, self.config.skew_ms)
+            sent = await send_row(client, row)
         except Refused as why:
             if await asyncio.to_thread(self.rows.mark_failed, row, token, str(why), _now_ms()):
                 self.failed += 1
@@ -259,8 +254,7 @@ class Relay:
             return
         if self._hook:
             _stop_here(self._hook, row.id)
-        if await asyncio.to_thread(self.rows.mark_sent, row, token, sent.result, _now_ms(),
-                                   sent.adopted):  # fmt: skip
+        if await asyncio.to_thread(self.rows.mark_sent, row, token, sent.result, _now_ms()):
             self.sent += 1
             log.debug("outbox relay: row %d sent: %s", row.id, sent.what)
         else:

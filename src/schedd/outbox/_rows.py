@@ -12,7 +12,6 @@ lost its rows (it was stopped past its lease) cannot mark them over another's.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, Table, func, or_, select, update
@@ -84,10 +83,10 @@ class OutboxRows:
         with self.engine.begin() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def mark_sent(self, row: Row, token: str, result: str, now_ms: int, adopted: bool) -> bool:
+    def mark_sent(self, row: Row, token: str, result: str, now_ms: int) -> bool:
         """Marks a row sent with what schedd made of it (a job id or an execution id); False
         when this claim no longer holds the row (its lease ran out and another took it)."""
-        return self._mark(row, token, state=SENT, result=result, sent_ms=now_ms, adopted=adopted)
+        return self._mark(row, token, state=SENT, result=result, sent_ms=now_ms)
 
     def mark_failed(self, row: Row, token: str, error: str, now_ms: int) -> bool:
         """Marks a row failed for good with ``error``; False as for :meth:`mark_sent`."""
@@ -103,17 +102,6 @@ class OutboxRows:
         )
         with self.engine.begin() as conn:
             conn.execute(stmt)
-
-    def taken(self, results: Sequence[str], row_id: int) -> set[str]:
-        """Which of these execution ids other sent rows of the table already account for."""
-        if not results:
-            return set()
-        t = self.table
-        stmt = select(t.c.result).where(
-            t.c.state == SENT, t.c.id != row_id, t.c.result.in_(list(results))
-        )
-        with self.engine.connect() as conn:
-            return {r for (r,) in conn.execute(stmt) if r is not None}
 
     def backlog(self) -> tuple[int, int | None]:
         """How many rows are unsent, and when the oldest of them was enqueued (ms; None when

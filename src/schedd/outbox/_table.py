@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
-    Boolean,
     Column,
     Engine,
     Index,
@@ -79,7 +78,6 @@ def outbox_table(metadata: MetaData | None = None, name: str = DEFAULT_TABLE) ->
         Column("sent_ms", BigInteger, nullable=True),
         Column("result", String(600), nullable=True),
         Column("error", Text, nullable=True),
-        Column("adopted", Boolean, nullable=False, server_default=text("false")),
         Index(f"{name}_state_id", "state", "id"),
         Index(f"{name}_claimed_by", "claimed_by"),
         Index(f"{name}_result", "result"),

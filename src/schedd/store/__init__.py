@@ -58,6 +58,12 @@ from schedd.store._records import (
 from schedd.store._rekey import RekeySummary, rekey
 from schedd.store._sealing import Sealer
 from schedd.store._tenants import TenantStore, decode_limits, limits_by_tenant
+from schedd.store._triggers import (
+    TRIGGER_KEY_TTL_MS,
+    Triggered,
+    TriggerKey,
+    expire_trigger_keys,
+)
 from schedd.store._types import (
     Fence,
     KeyValue,
@@ -90,6 +96,7 @@ __all__ = [
     "KV",
     "NOTIFY_MAX_IDS",
     "RUN",
+    "TRIGGER_KEY_TTL_MS",
     "Applied",
     "Arrivals",
     "Committed",
@@ -128,6 +135,8 @@ __all__ = [
     "StoreWrites",
     "StoredJob",
     "TenantStore",
+    "TriggerKey",
+    "Triggered",
     "TxnRejected",
     "TxnResult",
     "Waiting",
@@ -142,6 +151,7 @@ __all__ = [
     "execution_from",
     "execution_id",
     "execution_template",
+    "expire_trigger_keys",
     "limits_by_tenant",
     "migrate_ids",
     "needs_scoping",

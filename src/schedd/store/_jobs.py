@@ -38,6 +38,7 @@ from schedd.store._records import (
     encode_execution,
 )
 from schedd.store._sealing import Sealer
+from schedd.store._triggers import TRIGGER_KEY_TTL_MS, Triggered, Triggers
 from schedd.store._types import prefix_end
 from schedd.store.abc import KV, Compare, Op
 from schedd.v1 import execution_pb2, job_pb2
@@ -74,6 +75,7 @@ class JobStore:
         self.batch = batch
         self.sealer = sealer or Sealer()
         self.names = JobNames(kv, keys)
+        self._triggers = Triggers(kv, keys, self.partition, self.sealer)
 
     def partition(self, job_id: str) -> int:
         return partition_of(job_id, self.partitions)
@@ -352,6 +354,8 @@ class JobStore:
             if stored.job.idempotency_key:
                 ops.append(o.delete(k.idem_key(stored.job.tenant, stored.job.idempotency_key)))
             ops.append(o.delete(k.tenant_job_key(stored.job.tenant, job_id)))
+            tidem = k.trigger_idem_prefix(stored.job.tenant, job_id)
+            ops.append(o.delete(tidem, prefix_end(tidem)))
             name_cmps, name_ops = await self.names.release(
                 job_id, stored.job.tenant, stored.job.name
             )
@@ -366,6 +370,21 @@ class JobStore:
         raise Conflict(f"job {job_id!r} kept changing while being deleted; retry")
 
     # -- runs on demand ---------------------------------------------------------------------------
+
+    async def trigger(
+        self,
+        job: job_pb2.Job,
+        now_ms: int,
+        *,
+        payload: bytes = b"",
+        idempotency_key: str = "",
+        key_ttl_ms: int = TRIGGER_KEY_TTL_MS,
+    ) -> Triggered:
+        """One manual execution of ``job``, due now; with ``idempotency_key``, the one that key
+        made less than ``key_ttl_ms`` ago if any (see :mod:`schedd.store._triggers`)."""
+        return await self._triggers.trigger(
+            job, now_ms, payload=payload, idempotency_key=idempotency_key, ttl_ms=key_ttl_ms
+        )
 
     async def add_runs(
         self,

@@ -18,11 +18,17 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
     dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
     idem/{tenant}/{key}               job id (idempotent create)
+<<<<<<< HEAD
     arrive/{p:04d}/{child}/{T:013d}/{parent}
                                       b"ok" or b"skip:{reason}": how the parent's execution for
                                       the root fire T ended, written by the parent's owner with
                                       that result; the child's owner starts or skips child@T
     dskip/{p:04d}/{child}/{T:013d}    why child@T was skipped (its children were told so)
+=======
+    tidem/{tenant}/{job}/{key}        TriggerKey JSON: the execution an idempotent trigger made,
+                                      when, and its payload's digest; deleted once older than
+                                      the key's lifetime (24 h) and with the job
+>>>>>>> main
     tenants/{tenant}                  TenantLimits protobuf (rate, burst, max_running); every node
                                       mirrors the prefix
     tjobs/{tenant}/{job}              empty: the tenant's jobs, counted for its max_jobs quota
@@ -151,6 +157,19 @@ class Keys:
 
     def idem_key(self, tenant: str, idempotency_key: str) -> bytes:
         return self.idem_prefix(tenant) + idempotency_key.encode()
+
+    def trigger_idem_prefix(self, tenant: str | None = None, job_id: str | None = None) -> bytes:
+        """``tidem/``, or the trigger keys of a tenant, or of one of its jobs. Tenants, job
+        ids and keys cannot contain ``/`` (``model.check_text``), so no prefix reads as another."""
+        base = self.prefix + b"tidem/"
+        if tenant is None:
+            return base
+        base += tenant.encode() + b"/"
+        return base if job_id is None else base + job_id.encode() + b"/"
+
+    def trigger_idem_key(self, tenant: str, job_id: str, idempotency_key: str) -> bytes:
+        """The trigger of ``job_id`` made with ``idempotency_key`` (``store/_triggers.py``)."""
+        return self.trigger_idem_prefix(tenant, job_id) + idempotency_key.encode()
 
     # -- due index ------------------------------------------------------------------------------
     def due_prefix(self, partition: int) -> bytes:

@@ -190,10 +190,15 @@ class SchedulerHarness:
         req = scheduler_pb2.DeleteJobRequest(id=_job_id(job))
         return (await self.api.delete_job(req)).cancelled_executions
 
-    async def trigger_job(self, job: JobRef, payload: Any = None) -> str:
+    async def trigger_job(
+        self, job: JobRef, payload: Any = None, *, idempotency_key: str = ""
+    ) -> str:
         """Run the job once now (at the next time step: ``advance(seconds=0)`` or
-        :meth:`run_until_idle`); returns the execution's id."""
-        req = scheduler_pb2.TriggerJobRequest(id=_job_id(job), payload=encode_payload(payload))
+        :meth:`run_until_idle`); returns the execution's id (with ``idempotency_key``, a
+        repeat returns the first one's and runs nothing)."""
+        req = scheduler_pb2.TriggerJobRequest(
+            id=_job_id(job), payload=encode_payload(payload), idempotency_key=idempotency_key
+        )
         return (await self.api.trigger_job(req)).id
 
     async def cancel(self, execution_id: str, reason: str = "") -> None:

@@ -733,18 +733,27 @@ class TriggerJobRequest(_message.Message):
 
     ID_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     payload: _builtins.bytes
     """Overrides the job's payload for this run when set."""
+    idempotency_key: _builtins.str
+    """Optional. The first trigger of the job with this key creates the execution; a trigger of
+    the same job with the same key and payload within 24 hours (the key's lifetime) creates
+    nothing and returns that execution again (the same id; its state as it is now); the same
+    key with a different payload is ALREADY_EXISTS. Keys are per tenant and job. Text rules
+    as for names: at most 200 bytes, no '/', no control characters.
+    """
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         payload: _builtins.bytes = ...,
+        idempotency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "payload", b"payload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "idempotency_key", b"idempotency_key", "payload", b"payload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -222,7 +222,8 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def TriggerJob(self, request, context):
-        """Runs the job now, once, outside its schedule.
+        """Runs the job now, once, outside its schedule. With an idempotency_key, a repeat answers
+        with the execution the first call made (same id) and creates nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

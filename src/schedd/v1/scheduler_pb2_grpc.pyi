@@ -49,7 +49,9 @@ class SchedulerStub:
     PauseJob: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.PauseJobRequest, _job_pb2.Job]
     ResumeJob: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ResumeJobRequest, _job_pb2.Job]
     TriggerJob: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.TriggerJobRequest, _execution_pb2.Execution]
-    """Runs the job now, once, outside its schedule."""
+    """Runs the job now, once, outside its schedule. With an idempotency_key, a repeat answers
+    with the execution the first call made (same id) and creates nothing.
+    """
     BackfillJob: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.BackfillJobRequest, _scheduler_pb2.BackfillJobResponse]
     """Creates one execution for every scheduled fire in [start_ms, end_ms)."""
     GetExecution: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetExecutionRequest, _execution_pb2.Execution]
@@ -111,7 +113,9 @@ class SchedulerAsyncStub(SchedulerStub):
     PauseJob: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.PauseJobRequest, _job_pb2.Job]  # type: ignore[assignment]
     ResumeJob: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ResumeJobRequest, _job_pb2.Job]  # type: ignore[assignment]
     TriggerJob: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.TriggerJobRequest, _execution_pb2.Execution]  # type: ignore[assignment]
-    """Runs the job now, once, outside its schedule."""
+    """Runs the job now, once, outside its schedule. With an idempotency_key, a repeat answers
+    with the execution the first call made (same id) and creates nothing.
+    """
     BackfillJob: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.BackfillJobRequest, _scheduler_pb2.BackfillJobResponse]  # type: ignore[assignment]
     """Creates one execution for every scheduled fire in [start_ms, end_ms)."""
     GetExecution: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetExecutionRequest, _execution_pb2.Execution]  # type: ignore[assignment]
@@ -224,7 +228,9 @@ class SchedulerServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduler_pb2.TriggerJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_execution_pb2.Execution, _abc.Awaitable[_execution_pb2.Execution]]:
-        """Runs the job now, once, outside its schedule."""
+        """Runs the job now, once, outside its schedule. With an idempotency_key, a repeat answers
+        with the execution the first call made (same id) and creates nothing.
+        """
 
     @_abc_1.abstractmethod
     def BackfillJob(
