@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from schedd._errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from schedd.store._keys import Keys, partition_of
 from schedd.store._names import JobNames
 from schedd.store.abc import KV, Compare, Op
 from schedd.v1 import job_pb2
+
+if TYPE_CHECKING:
+    from schedd.store._jobs import JobStore
 
 #: The longest chain of parents followed up to a root.
 MAX_DEPTH = 64
@@ -184,3 +188,17 @@ def refuse_delete_with_children(job: job_pb2.Job) -> None:
             f"job {job.id!r} has jobs that run after it ({', '.join(job.children)}):"
             " delete them, or change their after, first"
         )
+
+
+async def relink_job(store: JobStore, old: job_pb2.Job, new: job_pb2.Job) -> Link:
+    """What moves ``new`` (an update of ``old``; an empty job for a delete) between its old
+    and new parents' ``children``: names in its ``after`` resolved; cycles and mixed roots
+    refused."""
+    if not old.after and not new.after:
+        return [], [], {}
+    graph = Graph(store.kv, store.keys)
+    await graph.specs_of(old.after)
+    await resolve_parents(graph, new, store.names)
+    if new.after:
+        await check_parents(graph, new)
+    return relink(store.kv, store.keys, graph, store.partitions, new.id, old.after, new.after)

@@ -16,14 +16,7 @@ from schedd._errors import Conflict, JobNotFound, NotFound, SchedError
 from schedd.model import new_execution, parse_execution_id
 from schedd.schedule import Schedule
 from schedd.store import _dead_letters, _job_create
-from schedd.store._deps import (
-    Graph,
-    Link,
-    check_parents,
-    refuse_delete_with_children,
-    relink,
-    resolve_parents,
-)
+from schedd.store._deps import Link, refuse_delete_with_children, relink_job
 from schedd.store._job_create import first_state
 from schedd.store._keys import Keys, partition_of
 from schedd.store._names import JobNames
@@ -247,24 +240,12 @@ class JobStore:
                     f"job {job_id!r} is at version {stored.spec_revision}, not {expected_version}"
                 )
             new = mutate(job_pb2.Job.FromString(stored.job.SerializeToString()))
-            link = await self._relink(stored.job, new)
+            link = await relink_job(self, stored.job, new)
             runs = await self._runs(job_id, opened=False)
             result = await self._replace(stored, new, runs, now_ms, link)
             if result is not None:
                 return result
         raise Conflict(f"job {job_id!r} kept changing while being updated; retry")
-
-    async def _relink(self, old: job_pb2.Job, new: job_pb2.Job) -> Link:
-        """What moves ``new`` between its old and new parents' ``children`` (names in its
-        ``after`` resolved; cycles and mixed roots refused)."""
-        if not old.after and not new.after:
-            return [], [], {}
-        graph = Graph(self.kv, self.keys)
-        await graph.specs_of(old.after)
-        await resolve_parents(graph, new, self.names)
-        if new.after:
-            await check_parents(graph, new)
-        return relink(self.kv, self.keys, graph, self.partitions, new.id, old.after, new.after)
 
     async def _replace(
         self,
@@ -327,7 +308,7 @@ class JobStore:
             stored = await self.read(job_id, opened=False)
             refuse_delete_with_children(stored.job)
             gone = job_pb2.Job(id=job_id)
-            link = await self._relink(stored.job, gone)
+            link = await relink_job(self, stored.job, gone)
             runs = await self._runs(job_id, opened=False)
             p = self.partition(job_id)
             cmps, ops, due_keys, dropped = self._drop_future_runs(runs, now_ms, all_triggers=True)

@@ -18,17 +18,14 @@ Every key lives under a configurable prefix (default ``/schedd/v1/``)::
     runs/{p:04d}/{job}/{sched_ms:013d} Execution protobuf; mod_revision = fencing token
     dlq/{tenant}/{job}/{sched_ms:013d} Execution protobuf (state DEAD)
     idem/{tenant}/{key}               job id (idempotent create)
-<<<<<<< HEAD
     arrive/{p:04d}/{child}/{T:013d}/{parent}
                                       b"ok" or b"skip:{reason}": how the parent's execution for
                                       the root fire T ended, written by the parent's owner with
                                       that result; the child's owner starts or skips child@T
     dskip/{p:04d}/{child}/{T:013d}    why child@T was skipped (its children were told so)
-=======
     tidem/{tenant}/{job}/{key}        TriggerKey JSON: the execution an idempotent trigger made,
                                       when, and its payload's digest; deleted once older than
                                       the key's lifetime (24 h) and with the job
->>>>>>> main
     tenants/{tenant}                  TenantLimits protobuf (rate, burst, max_running); every node
                                       mirrors the prefix
     tjobs/{tenant}/{job}              empty: the tenant's jobs, counted for its max_jobs quota
