@@ -133,3 +133,42 @@ async def _set_after(c: object, job_id: str, after: list[str]) -> None:
     patch = job_pb2.Job(id=job_id, after=after)
     req = scheduler_pb2.UpdateJobRequest(job=patch, update_paths=["after"])
     await c._call(c._stub.UpdateJob, req)  # type: ignore[attr-defined]
+
+
+async def test_skipped_cancelled_parents_and_a_paused_child_leave_it_skipped(
+    h_embedded: Harness,
+) -> None:
+    h = h_embedded
+    await h.start_node()
+    await h.start_worker()
+    c = await h.connect()
+    slow = _job("slow-root", handler="slow")
+    slow.overlap = job_pb2.OVERLAP_FORBID
+    slow.payload = b'{"seconds": 3}'
+    root = (await c.create(slow)).job
+    child = (await c.create(_job("child", after=(root.id,)))).job
+    first = (await c.trigger_job(root.id)).scheduled_ms
+    await eventually(
+        lambda: _state(h, root.id, first), lambda s: s == execution_pb2.EXECUTION_RUNNING,
+        what="the first root run to start",
+    )  # fmt: skip
+    second = (await c.trigger_job(root.id)).scheduled_ms  # overlap FORBID: SKIPPED
+    await eventually(
+        lambda: _state(h, child.id, second), lambda s: s == SKIPPED, what="child of the skip"
+    )
+    await c.cancel_execution(f"{root.id}@{first}", reason="operator")
+    await eventually(
+        lambda: _state(h, child.id, first), lambda s: s == SKIPPED, what="child of the cancel"
+    )
+    reasons = {r.scheduled_ms: r.reason for r in await h.runs(child.id)}
+    assert "ended SKIPPED" in reasons[second] and "ended CANCELLED" in reasons[first]
+    await c.pause_job(child.id)
+    fast = (await c.create(_job("fast-root"))).job
+    paused = (await c.create(_job("paused-child", after=(fast.id,)))).job
+    await c.pause_job(paused.id)
+    third = (await c.trigger_job(fast.id)).scheduled_ms
+    await eventually(
+        lambda: _state(h, paused.id, third), lambda s: s == SKIPPED, what="the paused child"
+    )
+    assert "is paused" in next(r.reason for r in await h.runs(paused.id))
+    assert "echo" not in h.calls or all(not e.startswith(paused.id) for e, _, _ in h.calls["echo"])

@@ -12,6 +12,7 @@ manual clock: no etcd, no sleeps.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -38,6 +39,7 @@ from schedd.store import (
     TxnRejected,
     prefix_end,
 )
+from schedd.store.abc import Op
 from schedd.v1 import execution_pb2, job_pb2, worker_pb2
 
 NOW = 1_700_000_000_000
@@ -204,9 +206,10 @@ class OneBadItem(PartitionStore):
         execution: execution_pb2.Execution,
         *,
         dead_record: execution_pb2.Execution | None = None,
+        then: Sequence[Op] = (),
     ) -> Item:
         if execution.id != self.bad:
-            return super().finish_run(execution, dead_record=dead_record)
+            return super().finish_run(execution, dead_record=dead_record, then=then)
         key = KEYS.run_key(0, execution.job_id, execution.scheduled_ms)
         o = self.kv.ops
         return Item(o.txn([], [o.delete(key), o.put(key, b"twice")]))

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: How often a partition reads all its arrivals anyway (a lost watch event costs this much).
 RESCAN_MS = 10_000
+#: How long a skipped child's arrivals are kept for a redrive of its parent to carry on.
+SKIPPED_KEPT_MS = 7 * 86_400_000
 
 
 class Depending(PartitionCore):
@@ -89,7 +91,8 @@ class Depending(PartitionCore):
             self.jobs.update(await self.store.fetch_jobs(missing))
         for w in waiting:
             cached = self.jobs.get(w.child)
-            if cached is None:
+            if cached is None or (w.skipped is not None and now - w.fire_ms > SKIPPED_KEPT_MS):
+                # The child is gone, or its skip is too old for a redrive to carry on.
                 await self._write_one(self.deps.drop(w), w, "dropped arrivals")
                 continue
             job = cached.job

@@ -120,7 +120,8 @@ class Arrivals:
         return Item(o.txn([o.cmp_create(mark, 0)], ops))
 
     def drop(self, w: Waiting) -> Item:
-        """Removes what arrived for a child that no longer exists."""
+        """Removes what arrived (and the skip mark) for a child that no longer exists, or
+        whose skip is too old for a redrive of its parent to carry on."""
         compares = [self.ops.cmp_mod(kv.key, kv.mod_revision) for kv in w.arrived.values()]
         return Item(self.ops.txn(compares, self._consume(w)))
 
