@@ -96,3 +96,28 @@ async def test_arrivals_of_a_deleted_child_and_of_an_old_skip_are_dropped(tmp_pa
     clock.advance(20_000)
     await part.settle_arrivals()
     assert not await _keys(kv, b"arrive/")
+
+
+async def test_fires_a_root_missed_tell_its_children(tmp_path: Path) -> None:
+    """A fire the misfire policy drops (MISSED) tells the children in its claim's write."""
+    clock = ManualClock(NOW)
+    kv = MemoryKV(clock=clock)
+    jobs = JobStore(kv, KEYS, partitions=1)
+    spec = job_pb2.Job(
+        name="root", handler=job_pb2.HandlerTarget(name="h"),
+        schedule=job_pb2.Schedule(expr="@every 10s"),
+        misfire=job_pb2.MisfirePolicy(mode=job_pb2.MISFIRE_SKIP),
+    )  # fmt: skip
+    root = validate_new_job(spec, now_ms=NOW, id_factory=lambda: "root")
+    await jobs.create_jobs([root], NOW)
+    child = job_pb2.Job(name="c", handler=job_pb2.HandlerTarget(name="h"), after=["root"])
+    await jobs.create_jobs([validate_new_job(child, now_ms=NOW, id_factory=lambda: "c")], NOW)
+    history = History(tmp_path / "h", ttl_ms=86_400_000)
+    clock.advance(35.0)  # three fires passed while nobody owned the partition
+    part = await own(kv, clock, history, config(tmp_path))
+    await part.load()
+    await part.step()
+    arrived = await kv.range_all(KEYS.arrive_prefix(0), prefix_end(KEYS.arrive_prefix(0)))
+    values = {KEYS.parse_arrive_key(a.key)[2]: a.value for a in arrived[0]}
+    assert len(values) == 3, values
+    assert all(v.startswith(ARRIVED_SKIP + b"root ended MISSED") for v in values.values())
