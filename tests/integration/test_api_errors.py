@@ -48,7 +48,9 @@ async def test_every_rpc_rejects_bad_input(h: Harness) -> None:
     store = h.nodes[0].kv
     async with grpc.aio.insecure_channel(h.address()) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
-        existing = (await stub.CreateJob(scheduler_pb2.CreateJobRequest(job=good_job()))).job
+        existing = (
+            await stub.CreateJob(scheduler_pb2.CreateJobRequest(job=good_job(id="chosen")))
+        ).job
         # The audit trail records refused attempts (not found, conflicts) by design: the
         # state is everything else.
         audit = h.prefix + b"audit/"
@@ -65,7 +67,9 @@ async def test_every_rpc_rejects_bad_input(h: Harness) -> None:
             ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(name="")), INVALID, "name"),
             ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(id="a/b")), INVALID, "id"),
             ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(jitter_ms=-1)), INVALID, "jitter"),
-            ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(id=existing.id)), grpc.StatusCode.ALREADY_EXISTS, existing.id),
+            ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(id=existing.id, name="again")), grpc.StatusCode.ALREADY_EXISTS, existing.id),
+            ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(id="j-abcdefghijklmnopqrst")), INVALID, "generated"),
+            ("CreateJob", scheduler_pb2.CreateJobRequest(job=good_job(id="acme:x")), INVALID, "other tenants"),
             ("GetJob", scheduler_pb2.GetJobRequest(id=""), INVALID, "id"),
             ("GetJob", scheduler_pb2.GetJobRequest(id="missing"), NOT_FOUND, "missing"),
             ("ListJobs", scheduler_pb2.ListJobsRequest(page_size=5000), INVALID, "page_size"),
