@@ -13,6 +13,7 @@ import pytest
 
 from schedd._clock import SystemClock
 from schedd.coord import (
+    FORMAT_VERSION,
     Fence,
     Membership,
     NodeInfo,
@@ -176,7 +177,7 @@ async def test_init_cluster_is_create_once(
     etcd: EtcdKV, keys: Keys, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = await init_cluster(etcd, keys, 8)
-    assert first.partitions == 8 and first.format_version == 1
+    assert first.partitions == 8 and first.format_version == FORMAT_VERSION == 2
     again = await init_cluster(etcd, keys, 8)
     assert again == first
     with caplog.at_level(logging.WARNING, logger="schedd.coord._meta"):

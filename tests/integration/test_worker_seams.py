@@ -182,6 +182,8 @@ async def test_the_worker_registers_its_gauges_on_any_recorder_with_gauge(
         "schedd_worker_in_flight",
         "schedd_worker_held",
         "schedd_worker_streams",
+        "schedd_queue_slots",
+        "schedd_queue_free_slots",
     }
     assert recorder.gauges["schedd_worker_slots_free"]() == 5
     assert recorder.gauges["schedd_worker_in_flight"]() == 0
