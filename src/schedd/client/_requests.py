@@ -87,7 +87,7 @@ def _set_target(
 def build_job(
     name: str,
     *,
-    schedule: str,
+    schedule: str = "",
     tz: str = "UTC",
     handler: str | None = None,
     queue: str = "default",
@@ -108,6 +108,7 @@ def build_job(
     tenant: str = "",
     labels: Mapping[str, str] | None = None,
     job_id: str = "",
+    after: Sequence[str] = (),
 ) -> job_pb2.Job:
     """The Job message for :meth:`Client.create_job`'s arguments.
 
@@ -182,7 +183,7 @@ _SCALARS: dict[str, str] = {
     "jitter": "jitter_ms",
     "labels": "labels",
 }
-_KNOWN = {*_SCALARS, "schedule", "tz", "handler", "queue", "http", "shell"}
+_KNOWN = {*_SCALARS, "schedule", "tz", "handler", "queue", "http", "shell", "after"}
 
 
 def _update_schedule(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> None:
@@ -195,6 +196,14 @@ def _update_schedule(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> Non
     if "tz" in given:
         job.schedule.timezone = given["tz"]
         paths.append("schedule.timezone")
+    if "after" in given:  # [] makes the job independent again (it needs a schedule then)
+        after = given["after"]
+        if isinstance(after, str):
+            raise InvalidArgument("after", "give parents as a list of job ids or names")
+        if after and "schedule" in given:
+            raise InvalidArgument("after", "a job with parents runs when they succeed: no schedule")
+        job.after.extend(after)
+        paths.append("after")
 
 
 def _update_target(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> None:
