@@ -117,12 +117,23 @@ def build_job(
     per attempt, 0 for the default 2); ``payload`` is JSON-encoded unless it is
     bytes; ``misfire`` and ``overlap`` are names such as ``"catch_up"`` or ``"forbid"``.
 
+    ``after``: the job's parents (ids, or names in its tenant): it runs once per fire of
+    their root, after every parent's run for that fire succeeded, and has no ``schedule``.
+    A job needs one of the two.
+
     Raises:
-        InvalidArgument: A local value that cannot be converted (nothing is sent).
+        InvalidArgument: A local value that cannot be converted, or both ``schedule`` and
+            ``after`` given (nothing is sent).
     """
+    if isinstance(after, str):
+        raise InvalidArgument("after", "give parents as a list of job ids or names")
+    if after and schedule:
+        raise InvalidArgument("after", "a job with parents runs when they succeed: no schedule")
     job = job_pb2.Job(id=job_id, tenant=tenant, name=name, idempotency_key=idempotency_key)
-    job.schedule.expr = schedule
-    job.schedule.timezone = tz
+    job.after.extend(after)
+    if not after:
+        job.schedule.expr = schedule
+        job.schedule.timezone = tz
     _set_target(job, handler, queue, http, shell)
     job.payload = encode_payload(payload)
     job.retry.max_attempts = max_attempts
