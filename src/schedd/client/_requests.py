@@ -84,6 +84,18 @@ def _set_target(
         job.shell.argv.extend(shell)
 
 
+def _set_when(job: job_pb2.Job, schedule: str, tz: str, after: Sequence[str]) -> None:
+    """A new job's schedule, or its parents (``after``) instead."""
+    if isinstance(after, str):
+        raise InvalidArgument("after", "give parents as a list of job ids or names")
+    if after and schedule:
+        raise InvalidArgument("after", "a job with parents runs when they succeed: no schedule")
+    job.after.extend(after)
+    if not after:
+        job.schedule.expr = schedule
+        job.schedule.timezone = tz
+
+
 def build_job(
     name: str,
     *,
@@ -125,15 +137,8 @@ def build_job(
         InvalidArgument: A local value that cannot be converted, or both ``schedule`` and
             ``after`` given (nothing is sent).
     """
-    if isinstance(after, str):
-        raise InvalidArgument("after", "give parents as a list of job ids or names")
-    if after and schedule:
-        raise InvalidArgument("after", "a job with parents runs when they succeed: no schedule")
     job = job_pb2.Job(id=job_id, tenant=tenant, name=name, idempotency_key=idempotency_key)
-    job.after.extend(after)
-    if not after:
-        job.schedule.expr = schedule
-        job.schedule.timezone = tz
+    _set_when(job, schedule, tz, after)
     _set_target(job, handler, queue, http, shell)
     job.payload = encode_payload(payload)
     job.retry.max_attempts = max_attempts
