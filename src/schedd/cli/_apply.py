@@ -7,6 +7,9 @@ that differs, it is updated (only the fields that differ, guarded by the job's v
 the same, it is left alone. ``--dry-run`` stops after the comparison and prints what would
 happen. Applying the same files twice changes nothing the second time.
 
+A job's ``after`` names its parents in its tenant (or gives their ids); a file may hold a
+root and the jobs after it: each job is created after the jobs it names.
+
 A document with ``kind: TenantLimits`` (what ``schedctl export`` writes for a tenant with
 limits) sets that tenant's limits the way ``schedctl tenant set`` does: whole, a missing limit
 is off. Limits are compared and set the same way (create, update, unchanged), before any job,
@@ -226,10 +229,56 @@ def plan(client: Client, docs: list[Doc]) -> None:
             continue
         stored = doc.stored = found[0]
         doc.job_id = stored.id
-        doc.changes = changed_paths(doc.job, stored)
+        doc.changes = changed_paths(_with_parent_ids(doc.job, by_tenant[doc.job.tenant]), stored)
         if doc.paused is not None and doc.paused != stored.paused:
             doc.changes.append("paused")
         doc.action = "update" if doc.changes else "unchanged"
+
+
+def _with_parent_ids(job: job_pb2.Job, named: dict[str, list[job_pb2.Job]]) -> job_pb2.Job:
+    """``job`` with each of its ``after`` that names a stored job of its tenant (by id, else
+    by a name one job has) replaced by that job's id, as the node resolves it, so it compares
+    with the stored job; a name no stored job has stays (it differs)."""
+    if not job.after:
+        return job
+    ids = {j.id for jobs in named.values() for j in jobs}
+    out = job_pb2.Job()
+    out.CopyFrom(job)
+    for n, ref in enumerate(job.after):
+        if ref not in ids and len(named.get(ref, [])) == 1:
+            out.after[n] = named[ref][0].id
+    return out
+
+
+def create_order(creates: list[Doc]) -> list[list[Doc]]:
+    """The documents to create in rounds: a job whose ``after`` names another job created by
+    this apply (same tenant) comes in a later round than it. Jobs that run after each other in
+    a circle are marked failed."""
+    rounds: list[list[Doc]] = []
+    left = list(creates)
+    while left:
+        waiting = {d.key for d in left}
+        ready = [d for d in left if not any((d.job.tenant, p) in waiting for p in d.job.after)]
+        if not ready:
+            names = ", ".join(sorted(d.job.name for d in left))
+            for d in left:
+                d.action = f"failed: after: these jobs run after each other in a cycle: {names}"
+            break
+        rounds.append(ready)
+        left = [d for d in left if d not in ready]
+    return rounds
+
+
+def _create(client: Client, docs: list[Doc]) -> None:
+    for i in range(0, len(docs), _CREATE_CHUNK):
+        chunk = docs[i : i + _CREATE_CHUNK]
+        for doc, made in zip(chunk, client.create_jobs([d.job for d in chunk]), strict=True):
+            if isinstance(made, SchedError):
+                doc.action = f"failed: {made}"
+                continue
+            doc.job_id = made.id
+            if doc.paused:
+                client.pause_job(made.id)
 
 
 def execute(client: Client, docs: list[Doc], progress: bool) -> None:
@@ -244,16 +293,9 @@ def execute(client: Client, docs: list[Doc], progress: bool) -> None:
         if progress:
             click.echo(f"\rapplying: {done}/{total}", nl=False, err=True)
 
-    for i in range(0, len(creates), _CREATE_CHUNK):
-        chunk = creates[i : i + _CREATE_CHUNK]
-        for doc, made in zip(chunk, client.create_jobs([d.job for d in chunk]), strict=True):
-            if isinstance(made, SchedError):
-                doc.action = f"failed: {made}"
-                continue
-            doc.job_id = made.id
-            if doc.paused:
-                client.pause_job(made.id)
-        tick(len(chunk))
+    for ready in create_order(creates):  # parents before the jobs that run after them
+        _create(client, ready)
+        tick(len(ready))
     for doc in updates:
         assert doc.stored is not None
         paths = [p for p in doc.changes if p != "paused"]
@@ -337,10 +379,10 @@ def _warn_unserved(client: Client, docs: list[Doc]) -> None:
 def apply_cmd(paths: tuple[str, ...], dry_run: bool) -> None:
     """Create or update jobs from specs, matched by tenant and name.
 
-    A spec is what `schedctl job get ID -o yaml` prints (name and schedule.expr required;
-    output-only fields ignored); a `kind: TenantLimits` document sets a tenant's limits, as
-    `schedctl tenant set` does. `schedctl export` writes both. Applying the same specs again
-    changes nothing.
+    A spec is what `schedctl job get ID -o yaml` prints (name and schedule.expr, or after:
+    [parent names], required; output-only fields ignored); a `kind: TenantLimits` document
+    sets a tenant's limits, as `schedctl tenant set` does. `schedctl export` writes both.
+    Applying the same specs again changes nothing.
     """
     docs = load(paths, int(time.time() * 1000))
     client = settings().client()

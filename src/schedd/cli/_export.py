@@ -2,7 +2,8 @@
 ``schedctl apply -f`` reads, so a cluster's jobs can be copied to another one.
 
 One document per job, in (tenant, name) order, each a job spec with its defaults left out
-(:func:`~schedd.client._spec.job_to_spec`) and its ``paused`` state; before a tenant's jobs,
+(:func:`~schedd.client._spec.job_to_spec`) and its ``paused`` state (a job that runs after
+others names them in ``after``, by name); before a tenant's jobs,
 one ``kind: TenantLimits`` document when the tenant has limits. ``@every`` and ``@after``
 schedules get their anchor written out (``@every 30s from <created>``), so the copy fires at
 the same instants. What the API returns is what is written: secrets (HTTP headers, shell
@@ -57,8 +58,9 @@ class Export:
     def documents(self) -> list[dict[str, Any]]:
         """Per tenant (by name) its limits document, then its jobs' specs by name."""
         by_tenant: dict[str, list[dict[str, Any]]] = {t: [] for t in self.limits}
+        names = {j.id: j.name for j in self.jobs}  # parents (same tenant) written by name
         for job in self.jobs:
-            by_tenant.setdefault(job.tenant, []).append(job_to_spec(job))
+            by_tenant.setdefault(job.tenant, []).append(job_to_spec(job, names=names))
         docs: list[dict[str, Any]] = []
         for tenant in sorted(by_tenant):
             if tenant in self.limits:

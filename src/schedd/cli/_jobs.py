@@ -34,6 +34,7 @@ from schedd.client import (
 )
 from schedd.v1 import job_pb2
 
+_BOTH = "give --schedule or --after, not both: a job that runs after others has no schedule"
 MISFIRE = click.Choice(["catch_up", "once", "skip"], case_sensitive=False)
 OVERLAP = click.Choice(["allow", "forbid", "buffer_one", "replace"], case_sensitive=False)
 
@@ -49,9 +50,18 @@ def _target_text(job: job_pb2.Job) -> str:
     return "-"
 
 
+def schedule_text(job: job_pb2.Job, names: dict[str, str]) -> str:
+    """A job's schedule column: its expression and zone, or ``after export, import`` for a
+    job that runs after others (``names``: job id -> name; the id when not there)."""
+    if job.after:
+        return "after " + ", ".join(names.get(p, p) for p in job.after)
+    return f"{job.schedule.expr} [{job.schedule.timezone}]"
+
+
 def emit_jobs(jobs: list[job_pb2.Job]) -> None:
     """Print jobs as a table or as a list of dicts."""
     now = int(time.time() * 1000)
+    names = {j.id: j.name for j in jobs}
 
     def table() -> Table:
         rows = [
@@ -59,7 +69,7 @@ def emit_jobs(jobs: list[job_pb2.Job]) -> None:
                 j.id,
                 j.name,
                 j.tenant,
-                f"{j.schedule.expr} [{j.schedule.timezone}]",
+                schedule_text(j, names),
                 _target_text(j),
                 job_state_word(j),
                 local_time(j.next_fire_ms, now),
@@ -85,6 +95,8 @@ def emit_changed(job: job_pb2.Job, verb: str) -> None:
         return
     if job.paused:
         when = "paused"
+    elif job.after:
+        when = f"runs after {', '.join(job.after)}"
     elif job.next_fire_ms:
         zone = job.schedule.timezone or "UTC"
         local = datetime.fromtimestamp(job.next_fire_ms / 1000, tz=ZoneInfo(zone))
@@ -132,7 +144,14 @@ def _target_kwargs(
 
 @job_group.command("create")
 @click.argument("name")
-@click.option("--schedule", "-s", required=True, help="Cron, @every 10s, @at ISO, @after 90s.")
+@click.option("--schedule", "-s", help="Cron, @every 10s, @at ISO, @after 90s.")
+@click.option(
+    "--after",
+    multiple=True,
+    metavar="JOB",
+    help="Run after this job (name or id) succeeds, once per fire of its root; repeatable."
+    " Instead of --schedule.",
+)
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--handler", help="Handler name (a worker registers it).")
 @click.option("--queue", default="default", show_default=True)
@@ -175,10 +194,17 @@ def _target_kwargs(
 @click.option("--id", "job_id", default="", help="Choose the job id.")
 @output_option
 def job_create(name: str, **opts: Any) -> None:
-    """Create a job NAME."""
+    """Create a job NAME: on a --schedule, or --after other jobs (it runs once per fire of
+    their root, after every one of them succeeded)."""
     handler, http, shell = opts.pop("handler"), opts.pop("http_url"), opts.pop("shell")
     if handler is None and http is None and shell is None:
         raise click.UsageError("one of --handler, --http or --shell is required")
+    opts["after"] = list(opts["after"])
+    if opts["after"] and opts["schedule"]:
+        raise click.UsageError(_BOTH)
+    if not opts["after"] and not opts["schedule"]:
+        raise click.UsageError("one of --schedule or --after is required")
+    opts["schedule"] = opts["schedule"] or ""
     payload = parse_json("--payload", opts.pop("payload"))
     labels = parse_labels(opts.pop("labels"))
     opts["retry_multiplier"] = opts["retry_multiplier"] or 0.0
@@ -234,10 +260,12 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
     with until_ctrl_c() as stop, Live(console=console(), refresh_per_second=2) as live:
         while not stop.is_set():
             jobs = _list_once(tenant, name_prefix, limit)
+            names = {j.id: j.name for j in jobs}
             rows = [
-                (j.id, j.name, j.schedule.expr, job_state_word(j), local_time(j.next_fire_ms))
+                (j.id, j.name, schedule_text(j, names), job_state_word(j),
+                 local_time(j.next_fire_ms))
                 for j in jobs
-            ]
+            ]  # fmt: skip
             live.update(rows_table(("ID", "NAME", "SCHEDULE", "STATE", "NEXT FIRE"), rows))
             stop.wait(interval)
 
@@ -262,10 +290,17 @@ def job_list(tenant: str, name_prefix: str, limit: int, watch: bool, interval: f
 @click.option("--overlap", type=OVERLAP)
 @click.option("--jitter")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE; replaces all labels.")
+@click.option(
+    "--after", multiple=True, metavar="JOB", help="Its parents now (names or ids); repeatable."
+)
+@click.option(
+    "--no-after", is_flag=True, help="Run after no job any more: on its own --schedule (needed)."
+)
 @click.option("--expected-version", type=int, default=0)
 @output_option
 def job_update(job_id: str, **opts: Any) -> None:
     """Change some fields of a job (only the options given). JOB is its id or its name."""
+    opts["after"] = _after_change(opts.pop("after"), opts.pop("no_after"), opts["schedule"])
     payload: Any = UNSET
     if opts.pop("clear_payload"):
         payload = None
@@ -276,6 +311,17 @@ def job_update(job_id: str, **opts: Any) -> None:
     build_update(job_id, payload=payload, **opts)  # bad local input fails before any call
     job_id = job_id_of(job_id)
     emit_changed(settings().client().update_job(job_id, payload=payload, **opts), "updated")
+
+
+def _after_change(after: tuple[str, ...], no_after: bool, schedule: str | None) -> list[str] | None:
+    """``--after``/``--no-after`` as update_job's ``after`` (None: unchanged, []: none)."""
+    if after and no_after:
+        raise click.UsageError("give --after or --no-after, not both")
+    if after and schedule:
+        raise click.UsageError(_BOTH)
+    if no_after and not schedule:
+        raise click.UsageError("--no-after needs --schedule: a job that runs after none has one")
+    return [] if no_after else (list(after) or None)
 
 
 @job_group.command("delete")

@@ -91,12 +91,25 @@ def run_group() -> None:
 @click.option("--tenant", default="")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option(
+    "--root",
+    default="",
+    metavar="JOB@MILLIS",
+    help="Only one root fire's runs: the root's execution id (its job's id or name), and the"
+    " runs of every job after it for that fire.",
+)
+@click.option(
     "--watch", "-w", is_flag=True, help="Keep following: print runs as they appear or change."
 )
 @click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True)
 @output_option
 def run_list(
-    job_id: str, states: tuple[str, ...], tenant: str, limit: int, watch: bool, interval: float
+    job_id: str,
+    states: tuple[str, ...],
+    tenant: str,
+    limit: int,
+    root: str,
+    watch: bool,
+    interval: float,
 ) -> None:
     """List executions of every node, newest first.
 
@@ -108,27 +121,35 @@ def run_list(
     values = [parse_state(s, "--state") for s in states]
     client = settings().client()
     job_id = job_id_of(job_id, gone_ok=True)
+    root = _root_id(root)
     if not watch:
-        listing = client.list_executions(job_id, values, tenant, limit)
+        listing = client.list_executions(job_id, values, tenant, limit, root=root)
         emit_executions(listing, listing.missing_nodes)
         return
     with until_ctrl_c() as stop:
-        _follow(client, job_id, values, tenant, limit, interval, stop)
+        _follow(client, (job_id, values, tenant, limit, root), interval, stop)
+
+
+def _root_id(root: str) -> str:
+    """``--root``: JOB@MILLIS with JOB's name replaced by its id (anything else is sent as it
+    is: the node names what is wrong with it)."""
+    job, sep, ms = root.rpartition("@")
+    if not sep or not job or not ms.isdigit():
+        return root
+    return f"{job_id_of(job, gone_ok=True)}@{ms}"
 
 
 def _follow(
     client: Client,
-    job_id: str,
-    values: list[int],
-    tenant: str,
-    limit: int,
+    query: tuple[str, list[int], str, int, str],
     interval: float,
     stop: threading.Event,
 ) -> None:
+    job_id, values, tenant, limit, root = query
     seen: dict[str, tuple[int, int]] = {}
     warned: set[str] = set()
     while not stop.is_set():
-        listing = client.list_executions(job_id, values, tenant, limit)
+        listing = client.list_executions(job_id, values, tenant, limit, root=root)
         for m in listing.missing_nodes:
             if m.node_id not in warned:
                 warned.add(m.node_id)

@@ -251,7 +251,8 @@ class AsyncClient(AdminCalls):
         """Change the given fields only (``name``, ``schedule``, ``tz``, ``handler``,
         ``queue``, ``http``, ``shell``, ``payload``, ``max_attempts``, ``retry_initial``,
         ``retry_max``, ``retry_multiplier``, ``timeout``, ``misfire``,
-        ``catch_up_limit``, ``starting_deadline``, ``overlap``, ``jitter``, ``labels``).
+        ``catch_up_limit``, ``starting_deadline``, ``overlap``, ``jitter``, ``labels``, ``after``:
+        parents by id or name; ``after=[]`` makes it independent again, with a ``schedule``).
 
         ``payload=None`` clears the payload; a non-zero ``expected_version`` makes the update
         conditional (``Conflict`` when the stored version differs).
@@ -337,16 +338,21 @@ class AsyncClient(AdminCalls):
         tenant: str = "",
         page_size: int = 100,
         page_token: str = "",
+        *,
+        root: str = "",
     ) -> scheduler_pb2.ListExecutionsResponse:
         """One page of executions from every node, newest first; pass its
         ``next_page_token`` for the next one. ``missing_nodes`` names the nodes that did not
-        answer (their executions may be missing)."""
+        answer (their executions may be missing). ``root``: only one root fire's, given as
+        the root's execution id ``JOB@MILLIS`` (its own and those of every job after it for
+        that fire)."""
         req = scheduler_pb2.ListExecutionsRequest(
             job_id=job_id,
             tenant=tenant,
             states=state_values(states),  # type: ignore[arg-type]
             page_size=page_size,
             page_token=page_token,
+            root=root,
         )
         return await self._call(self._stub.ListExecutions, req)
 
@@ -356,15 +362,18 @@ class AsyncClient(AdminCalls):
         states: Iterable[int | str] = (),
         tenant: str = "",
         limit: int = 100,
+        *,
+        root: str = "",
     ) -> ExecutionList:
         """Up to ``limit`` executions from every node, newest first; ``states`` as enum values
-        or names. The list's ``missing_nodes`` names the nodes that did not answer."""
+        or names. The list's ``missing_nodes`` names the nodes that did not answer. ``root``
+        (``JOB@MILLIS``): only that root fire's executions and its descendants' for it."""
         out = ExecutionList()
         missing: dict[str, scheduler_pb2.MissingNode] = {}
         token = ""
         while len(out) < limit:
             resp = await self.list_executions_page(
-                job_id, states, tenant, min(limit - len(out), 1000), token
+                job_id, states, tenant, min(limit - len(out), 1000), token, root=root
             )
             out.extend(resp.executions)
             for node in resp.missing_nodes:

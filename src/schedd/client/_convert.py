@@ -158,6 +158,8 @@ def job_to_dict(job: job_pb2.Job) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "paused": job.paused,
         "labels": dict(sorted(job.labels.items())),
+        "after": list(job.after),
+        "children": list(job.children),
     }
     for name in ("created", "updated", "next_fire", "last_fire"):
         _time_pair(out, name, getattr(job, f"{name}_ms"))

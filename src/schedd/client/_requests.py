@@ -84,10 +84,22 @@ def _set_target(
         job.shell.argv.extend(shell)
 
 
+def _set_when(job: job_pb2.Job, schedule: str, tz: str, after: Sequence[str]) -> None:
+    """A new job's schedule, or its parents (``after``) instead."""
+    if isinstance(after, str):
+        raise InvalidArgument("after", "give parents as a list of job ids or names")
+    if after and schedule:
+        raise InvalidArgument("after", "a job with parents runs when they succeed: no schedule")
+    job.after.extend(after)
+    if not after:
+        job.schedule.expr = schedule
+        job.schedule.timezone = tz
+
+
 def build_job(
     name: str,
     *,
-    schedule: str,
+    schedule: str = "",
     tz: str = "UTC",
     handler: str | None = None,
     queue: str = "default",
@@ -108,6 +120,7 @@ def build_job(
     tenant: str = "",
     labels: Mapping[str, str] | None = None,
     job_id: str = "",
+    after: Sequence[str] = (),
 ) -> job_pb2.Job:
     """The Job message for :meth:`Client.create_job`'s arguments.
 
@@ -116,12 +129,16 @@ def build_job(
     per attempt, 0 for the default 2); ``payload`` is JSON-encoded unless it is
     bytes; ``misfire`` and ``overlap`` are names such as ``"catch_up"`` or ``"forbid"``.
 
+    ``after``: the job's parents (ids, or names in its tenant): it runs once per fire of
+    their root, after every parent's run for that fire succeeded, and has no ``schedule``.
+    A job needs one of the two.
+
     Raises:
-        InvalidArgument: A local value that cannot be converted (nothing is sent).
+        InvalidArgument: A local value that cannot be converted, or both ``schedule`` and
+            ``after`` given (nothing is sent).
     """
     job = job_pb2.Job(id=job_id, tenant=tenant, name=name, idempotency_key=idempotency_key)
-    job.schedule.expr = schedule
-    job.schedule.timezone = tz
+    _set_when(job, schedule, tz, after)
     _set_target(job, handler, queue, http, shell)
     job.payload = encode_payload(payload)
     job.retry.max_attempts = max_attempts
@@ -182,7 +199,7 @@ _SCALARS: dict[str, str] = {
     "jitter": "jitter_ms",
     "labels": "labels",
 }
-_KNOWN = {*_SCALARS, "schedule", "tz", "handler", "queue", "http", "shell"}
+_KNOWN = {*_SCALARS, "schedule", "tz", "handler", "queue", "http", "shell", "after"}
 
 
 def _update_schedule(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> None:
@@ -195,6 +212,14 @@ def _update_schedule(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> Non
     if "tz" in given:
         job.schedule.timezone = given["tz"]
         paths.append("schedule.timezone")
+    if "after" in given:  # [] makes the job independent again (it needs a schedule then)
+        after = given["after"]
+        if isinstance(after, str):
+            raise InvalidArgument("after", "give parents as a list of job ids or names")
+        if after and "schedule" in given:
+            raise InvalidArgument("after", "a job with parents runs when they succeed: no schedule")
+        job.after.extend(after)
+        paths.append("after")
 
 
 def _update_target(job: job_pb2.Job, paths: Any, given: dict[str, Any]) -> None:

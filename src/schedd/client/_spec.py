@@ -4,8 +4,8 @@
 The document is the shape :func:`~schedd.client.job_to_dict` produces, so a job printed with
 ``-o yaml`` applies unchanged. Output-only keys (``id``, ``version``, ``partition``, the
 ``*_ms``/``*_time`` timestamps) are ignored on the way in; any other unknown key is an error
-that names it. Only ``name`` and ``schedule.expr`` are required; everything else takes the
-defaults a create takes.
+that names it. Only ``name`` and ``schedule.expr`` (or ``after``: the jobs it runs after, by
+name in its tenant or by id) are required; everything else takes the defaults a create takes.
 
 The fields an apply compares and updates are :data:`SPEC_PATHS` (the mutable part of a job,
 plus ``paused``).
@@ -52,10 +52,11 @@ _LIMIT_KEYS = ("rate", "burst", "max_running", "max_jobs", "api_rate", "api_burs
 _OUTPUT = {
     "id", "version", "partition", "created_ms", "created_time", "updated_ms", "updated_time",
     "next_fire_ms", "next_fire_time", "last_fire_ms", "last_fire_time", "idempotency_key",
+    "children",
 }  # fmt: skip
 _TOP = {
     "tenant", "name", "schedule", "handler", "http", "shell", "payload", "retry", "timeout_ms",
-    "misfire", "overlap", "jitter_ms", "paused", "labels",
+    "misfire", "overlap", "jitter_ms", "paused", "labels", "after",
 }  # fmt: skip
 
 
@@ -108,8 +109,9 @@ def job_from_dict(doc: Any) -> tuple[job_pb2.Job, bool | None]:
     sched = _mapping(d.get("schedule"), "schedule") if "schedule" in d else {}
     _keys(sched, "schedule", {"expr", "timezone"})
     job.schedule.expr = _str(sched.get("expr", ""), "schedule.expr")
-    if not job.schedule.expr:
-        raise InvalidArgument("schedule.expr", "is required")
+    job.after.extend(_after(d.get("after")))
+    if not job.schedule.expr and not job.after:
+        raise InvalidArgument("schedule.expr", "is required (or after: the jobs it runs after)")
     job.schedule.timezone = _str(sched.get("timezone", ""), "schedule.timezone")
     _target(job, d)
     if "payload" in d and d["payload"] is not None:
@@ -145,6 +147,18 @@ def job_from_dict(doc: Any) -> tuple[job_pb2.Job, bool | None]:
     if paused is not None and not isinstance(paused, bool):
         raise InvalidArgument("paused", f"must be true or false, got {paused!r}")
     return job, paused
+
+
+def _after(value: Any) -> list[str]:
+    """A document's ``after``: a list of job names (or ids) of its tenant; one name alone
+    is taken as a list of one."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise InvalidArgument("after", f"must be a list of job names, got {value!r}")
+    return [_str(v, f"after[{n}]") for n, v in enumerate(value)]
 
 
 def _target(job: job_pb2.Job, d: Mapping[str, Any]) -> None:
@@ -210,14 +224,18 @@ def changed_paths(desired: job_pb2.Job, stored: job_pb2.Job) -> list[str]:
     return out
 
 
-def job_to_spec(job: job_pb2.Job, *, paused: bool = True) -> dict[str, Any]:
+def job_to_spec(
+    job: job_pb2.Job, *, paused: bool = True, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The document :func:`job_from_dict` reads back as ``job`` (a stored, normalised job):
     ``name``, ``tenant``, ``schedule`` and the target always, every other field only when it
     is not the default a create fills in, and ``paused`` (the job's state) unless
     ``paused=False``. Output-only fields (id, version, times, partition) and the
     idempotency key (apply ignores it) are left out.
 
-    An ``@every`` or ``@after`` schedule gets its anchor written out (``@every 30s from
+    A job with parents gets ``after``, each parent by its name in ``names`` (job id ->
+    name; its id when not there) and no schedule. An ``@every`` or ``@after`` schedule
+    gets its anchor written out (``@every 30s from
     <created>``, :func:`~schedd.schedule.pin_anchor`), so the job fires at the same instants
     wherever the document is applied.
 
@@ -227,10 +245,14 @@ def job_to_spec(job: job_pb2.Job, *, paused: bool = True) -> dict[str, Any]:
          "schedule": {"expr": "@every 30s from 2026-03-01T12:00:03.417Z"},
          "http": {"url": "https://example.com/hook", "method": "GET"}, "paused": False}
     """
-    sched: dict[str, Any] = {"expr": pin_anchor(job.schedule.expr, job.created_ms)}
-    if job.schedule.timezone not in ("", DEFAULT_TIMEZONE):
-        sched["timezone"] = job.schedule.timezone
-    out: dict[str, Any] = {"name": job.name, "tenant": job.tenant, "schedule": sched}
+    out: dict[str, Any] = {"name": job.name, "tenant": job.tenant}
+    if job.after:
+        out["after"] = [(names or {}).get(p, p) for p in job.after]
+    else:
+        sched: dict[str, Any] = {"expr": pin_anchor(job.schedule.expr, job.created_ms)}
+        if job.schedule.timezone not in ("", DEFAULT_TIMEZONE):
+            sched["timezone"] = job.schedule.timezone
+        out["schedule"] = sched
     out.update(_target_spec(job))
     if job.payload:
         out["payload"] = decode_payload(job.payload)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -19,6 +19,7 @@ from schedd.dashboard._html import (
     table,
     tag,
 )
+from schedd.dashboard._tree import deps_rows, fire_href, jobs_links, runs_after_note
 from schedd.model import state_name
 from schedd.schedule import describe_schedule
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
@@ -110,6 +111,7 @@ def jobs_body(
     query: str,
     state: str,
     last_runs: dict[str, execution_pb2.Execution] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Markup:
     """The search form and the jobs matching it: name, schedule in words (the expression on
     hover), next and last run in the job's zone (the last with its outcome), state."""
@@ -129,9 +131,14 @@ def jobs_body(
         method="get", action="/jobs", class_="filter",
     )  # fmt: skip
     rows = []
+    names = {**{j.id: j.name for j in jobs}, **(names or {})}  # every job's, for parents
     for j in jobs:
         zone = j.schedule.timezone or "UTC"
-        words = tag("span", describe_schedule(j.schedule.expr, zone), title=j.schedule.expr)
+        words = (
+            _schedule_cell(j, names)
+            if j.after
+            else tag("span", describe_schedule(j.schedule.expr, zone), title=j.schedule.expr)
+        )
         rows.append(
             (
                 link(job_href(j.id), j.name or j.id), words,
@@ -174,23 +181,34 @@ def action_form(action: str, target: str, token: str, label: str, confirm: str) 
     )  # fmt: skip
 
 
+def _schedule_cell(job: job_pb2.Job, names: Mapping[str, str]) -> Markup:
+    """Its schedule (the expression and in words), or the jobs it runs after."""
+    if job.after:
+        return join(["after ", jobs_links(list(job.after), names)])
+    zone = job.schedule.timezone or "UTC"
+    return join([job.schedule.expr, " (", describe_schedule(job.schedule.expr, zone), ")"])
+
+
 def job_body(
     job: job_pb2.Job,
     fires_ms: Sequence[int],
     runs: Sequence[execution_pb2.Execution],
     dead: Sequence[execution_pb2.Execution],
     token: str | None,
+    names: Mapping[str, str] | None = None,
 ) -> Markup:
-    """A job: its spec, next fires with DST notes, recent runs with lateness and errors."""
+    """A job: its spec (with its parents and children, linked: ``names`` id -> name), next
+    fires with DST notes, recent runs with lateness and errors (each linked to its fire's tree
+    when the job has parents or children)."""
     zone = job.schedule.timezone or "UTC"
+    names = {job.id: job.name, **(names or {})}
     kind = job.WhichOneof("target") or "-"
     target = job.handler.name if kind == "handler" else job.http.url if kind == "http" else kind
     spec = table(
         ("FIELD", "VALUE"),
         [
             ("id", job.id), ("name", job.name), ("tenant", job.tenant),
-            ("schedule", join([job.schedule.expr, " (", describe_schedule(job.schedule.expr, zone),
-                               ")"])),
+            ("schedule", _schedule_cell(job, names)), *deps_rows(job, names),
             ("zone", zone), (kind, target),
             ("state", state_badge(job_state_word(job), id_="job-state")),
             ("max attempts", job.retry.max_attempts), ("partition", job.partition),
@@ -214,14 +232,10 @@ def job_body(
               ((fmt_ms(ms), fmt_ms(ms, zone), note)
                for ms, note in zip(fires_ms, notes, strict=True)),
               id_="fires")
-        if fires_ms else tag("p", "paused: no fires until it is resumed" if job.paused else
-                             "no more fires")
+        if fires_ms else runs_after_note(job, names) if job.after else
+        tag("p", "paused: no fires until it is resumed" if job.paused else "no more fires")
     )  # fmt: skip
-    run_rows = [
-        (r.id.rpartition("@")[2], fmt_ms(r.scheduled_ms, zone), state_name(r.state), r.attempt,
-         "-" if (late := lateness_ms(r)) is None else f"{late} ms", _error(r))
-        for r in runs
-    ]  # fmt: skip
+    run_rows = _job_run_rows(job, runs, zone)
     dead_rows = [(d.id, d.attempt, _error(d)) for d in dead]
     return join([
         actions, spec,
@@ -234,6 +248,20 @@ def job_body(
         table(("EXECUTION", "ATTEMPTS", "ERROR"), dead_rows, id_="job-dead") if dead_rows
         else tag("p", "no dead letters"),
     ])  # fmt: skip
+
+
+def _job_run_rows(
+    job: job_pb2.Job, runs: Sequence[execution_pb2.Execution], zone: str
+) -> list[tuple[object, ...]]:
+    """A job page's runs, each linked to its fire's tree when the job has parents or
+    children."""
+    in_tree = bool(job.after or job.children)
+    return [
+        (link(fire_href(r.id), r.id.rpartition("@")[2]) if in_tree else r.id.rpartition("@")[2],
+         fmt_ms(r.scheduled_ms, zone), state_name(r.state), r.attempt,
+         "-" if (late := lateness_ms(r)) is None else f"{late} ms", _error(r))
+        for r in runs
+    ]  # fmt: skip
 
 
 def run_timeline(runs: Sequence[execution_pb2.Execution], zone: str) -> Markup:

@@ -31,7 +31,8 @@ from schedd.client import next_fires
 from schedd.dashboard import _pages as pages
 from schedd.dashboard._csrf import COOKIE, FIELD, check_token, new_cookie, new_secret, token_for
 from schedd.dashboard._html import join, layout
-from schedd.model import parse_state
+from schedd.dashboard._tree import fire_body as fire_tree_body
+from schedd.model import parse_execution_id, parse_state, validate_execution_id
 from schedd.v1 import execution_pb2, job_pb2, scheduler_pb2
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ class DashboardServer:
         r.add_get("/", self._cluster)
         r.add_get("/jobs", self._jobs)
         r.add_get("/jobs/{id}", self._job)
+        r.add_get("/fires/{id}", self._fire)
         r.add_get("/runs", self._runs)
         r.add_get("/api/runs", self._api_runs)
         r.add_get("/dead", self._dead)
@@ -294,14 +296,16 @@ class DashboardServer:
             state = ""
 
         async def page() -> web.Response:
-            jobs = [j for j in await self._all_jobs() if pages.matches(j, query, state)]
+            every = await self._all_jobs()
+            names = {j.id: j.name for j in every}
+            jobs = [j for j in every if pages.matches(j, query, state)]
             jobs.sort(key=lambda j: (j.tenant, j.name, j.id))
             last: dict[str, execution_pb2.Execution] = {}
             now = self.node.clock.now_ms()
             for run in await self._recent_runs():  # newest first: the first of a job is its last
                 if run.scheduled_ms <= now:  # not one claimed ahead of its instant
                     last.setdefault(run.job_id, run)
-            return self._page("Jobs", pages.jobs_body(jobs, query, state, last))
+            return self._page("Jobs", pages.jobs_body(jobs, query, state, last, names))
 
         return await self._guard("Jobs", page)
 
@@ -311,15 +315,60 @@ class DashboardServer:
 
         async def page() -> web.Response:
             job = await self.node.api.get_job(scheduler_pb2.GetJobRequest(id=job_id))
-            fires = [f["ms"] for f in next_fires(job, self.node.clock.now_ms(), NEXT_FIRES)]
+            now = self.node.clock.now_ms()
+            fires = [] if job.after else [f["ms"] for f in next_fires(job, now, NEXT_FIRES)]
             runs = await self._recent_runs(job_id=job.id)
             dead = await self.node.api.list_dead_letters(
                 scheduler_pb2.ListDeadLettersRequest(job_id=job.id)
             )
-            body = pages.job_body(job, fires, runs[:50], list(dead.executions), token)
+            related = await self._jobs_by_id([*job.after, *job.children])
+            names = {i: j.name for i, j in related.items()}
+            body = pages.job_body(job, fires, runs[:50], list(dead.executions), token, names)
             return self._with_cookie(self._page(f"Job {job.name or job.id}", body), fresh)
 
         return await self._guard("Job", page)
+
+    async def _jobs_by_id(self, ids: list[str]) -> dict[str, job_pb2.Job]:
+        """The jobs of ``ids`` the caller may see (one gone meanwhile is left out)."""
+        out: dict[str, job_pb2.Job] = {}
+        for job_id in dict.fromkeys(ids):
+            try:
+                out[job_id] = await self.node.api.get_job(scheduler_pb2.GetJobRequest(id=job_id))
+            except NotFound:
+                continue
+        return out
+
+    async def _fire_tree(self, job: job_pb2.Job) -> tuple[job_pb2.Job, dict[str, job_pb2.Job]]:
+        """The root ``job`` descends from (through first parents) and every job of the root's
+        tree by id."""
+        seen = {job.id}
+        while job.after and job.after[0] not in seen:
+            seen.add(job.after[0])
+            parent = (await self._jobs_by_id([job.after[0]])).get(job.after[0])
+            if parent is None:
+                break
+            job = parent
+        tree = {job.id: job}
+        todo = [job]
+        while todo and len(tree) < MAX_JOBS:
+            found = await self._jobs_by_id([c for c in todo.pop().children if c not in tree])
+            tree.update(found)
+            todo.extend(found.values())
+        return job, tree
+
+    async def _fire(self, request: web.Request) -> web.Response:
+        execution_id = request.match_info["id"]
+
+        async def page() -> web.Response:
+            job_id, fire_ms = parse_execution_id(validate_execution_id("execution", execution_id))
+            start = await self.node.api.get_job(scheduler_pb2.GetJobRequest(id=job_id))
+            root, tree = await self._fire_tree(start)
+            req = scheduler_pb2.ListExecutionsRequest(root=f"{root.id}@{fire_ms}", page_size=1000)
+            runs = (await self.node.api.list_executions(req)).executions
+            body = fire_tree_body(root, fire_ms, tree, list(runs))
+            return self._page(f"Fire of {root.name or root.id}", body)
+
+        return await self._guard("Fire", page)
 
     def _runs_filter(self, request: web.Request) -> tuple[str, str]:
         """The runs page's state filter and search (both kept in its URL)."""

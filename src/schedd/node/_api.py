@@ -36,6 +36,7 @@ from schedd.model import (
     validate_new_job_parsed,
 )
 from schedd.node._api_admin import AdminCalls, page_size
+from schedd.node._fire_tree import check_root
 from schedd.node._queues import hide_free_slots
 from schedd.node._views import decode_page_token
 from schedd.schedule import Schedule, parse_schedule
@@ -405,6 +406,8 @@ class NodeApi(AdminCalls):
             scoped.CopyFrom(req)
             scoped.tenant = tenant
             req = scoped
+        if req.root:
+            await check_root(self.jobs, self._caller(), req.root, tenant)
         after = decode_page_token(req.page_token)
         resp = await self.views.list_executions(req, after, size)
         await self.jobs.name_runs(resp.executions)

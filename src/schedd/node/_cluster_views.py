@@ -17,6 +17,7 @@ from schedd._errors import ExecutionNotFound, Unavailable
 from schedd.history import Position, comes_after, list_order
 from schedd.model import validate_execution_id
 from schedd.node._fanout import Fanout
+from schedd.node._fire_tree import fire_execution_ids, fire_part, shared_fire_part
 from schedd.node._queues import merge_queues
 from schedd.node._views import (
     advancement,
@@ -76,16 +77,27 @@ class ClusterViews:
         ask = scheduler_pb2.ListExecutionsRequest()
         ask.CopyFrom(req)
         ask.page_size = size
+        # One root fire's (req.root): its executions by id; each peer resolves the same ids.
+        ids = await fire_execution_ids(self.jobs, req.root) if req.root else None
 
         async def local() -> Part:
+            if ids is not None:
+                found = (self.local.local_execution(i) for i in ids)
+                return fire_part(found, req, after, size)
             return self.local.local_executions(req, after, size)
 
         async def remote(stub: peer_pb2_grpc.PeerAsyncStub, timeout: float) -> Part:
-            return _part_of(await stub.ListLocalExecutions(ask, timeout=timeout))
+            rows, more = _part_of(await stub.ListLocalExecutions(ask, timeout=timeout))
+            if ids is not None:  # a peer that ignored root (an older version) is cut down here
+                return fire_part(rows, req, after, size)[0], more
+            return rows, more
 
-        (parts, missing), shared = await asyncio.gather(
-            self.fanout.ask(local, remote), self._shared_part(req, after, size)
+        store_part = (
+            shared_fire_part(self.jobs, ids, req, after, size)
+            if ids is not None
+            else self._shared_part(req, after, size)
         )
+        (parts, missing), shared = await asyncio.gather(self.fanout.ask(local, remote), store_part)
         all_parts = [*parts.values(), shared]
         merged = merge_executions(rows for rows, _ in all_parts)
         page, token = cut_page(merged, size, any(more for _, more in all_parts))
@@ -213,15 +225,26 @@ def _apply_reports(
 class PeerAnswers:
     """The ``Peer`` service's answers: this node's own part, never a fan-out."""
 
-    def __init__(self, local: LocalParts, page_size: Callable[[int], int]) -> None:
+    def __init__(
+        self, local: LocalParts, page_size: Callable[[int], int], jobs: JobStore | None = None
+    ) -> None:
         self.local = local
         self.page_size = page_size
+        #: Where a root fire's jobs are read (``req.root``; the asking node checked it).
+        self.jobs = jobs
 
     async def list_local(
         self, req: scheduler_pb2.ListExecutionsRequest
     ) -> scheduler_pb2.ListExecutionsResponse:
         after = decode_page_token(req.page_token)
-        rows, more = self.local.local_executions(req, after, self.page_size(req.page_size))
+        size = self.page_size(req.page_size)
+        if req.root and self.jobs is not None:
+            validate_execution_id("root", req.root)
+            ids = await fire_execution_ids(self.jobs, req.root)
+            found = (self.local.local_execution(i) for i in ids)
+            rows, more = fire_part(found, req, after, size)
+        else:
+            rows, more = self.local.local_executions(req, after, size)
         token = encode_page_token(Position.of(rows[-1])) if more and rows else ""
         return scheduler_pb2.ListExecutionsResponse(executions=rows, next_page_token=token)
 

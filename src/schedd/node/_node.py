@@ -229,8 +229,9 @@ class Node:
             quotas=ApiQuotas(access.limits.get, clock.now_ms),
         )  # fmt: skip
         self.server = NodeServer(
-            cfg, self.api, self.gate, PeerAnswers(self.local, page_size), access.peer_secret,
-            self.dispatcher, self.health, self.recorder if self._metered else None,
+            cfg, self.api, self.gate, PeerAnswers(self.local, page_size, self.jobs),
+            access.peer_secret, self.dispatcher, self.health,
+            self.recorder if self._metered else None,
         )  # fmt: skip
         self.notify = NotifyWatcher(self.kv, self.keys, partitions, clock)
         self.arrivals = ArrivalWatcher(self.kv, self.keys, partitions, clock)

@@ -27,6 +27,7 @@ from schedd.store._address import RocksConfig, StoreConfig, open_store, parse_st
 from schedd.store._arrivals import OK as ARRIVED_OK
 from schedd.store._arrivals import SKIP as ARRIVED_SKIP
 from schedd.store._arrivals import Arrivals, Waiting
+from schedd.store._deps import Graph
 from schedd.store._envelope import EncryptionKey, Keyring, read_keyring_file
 from schedd.store._group import Committed, GroupCommit
 from schedd.store._jobs import JobStore
@@ -107,6 +108,7 @@ __all__ = [
     "EtcdKV",
     "FaultPlan",
     "Fence",
+    "Graph",
     "GroupCommit",
     "Item",
     "JobState",
