@@ -128,8 +128,14 @@ class PartitionCore:
     # -- the one fenced write ---------------------------------------------------------------
 
     def told(self, ex: execution_pb2.Execution) -> list[Op]:
-        """The ops that tell the children of ``ex``'s job how ``ex`` ended (see
-        ``_part_deps.Depending``, which knows them); none here."""
+        """The ops that tell the children of ``ex``'s job how ``ex`` ended for good."""
+        why = "; ".join(t for t in (ex.reason, ex.error) if t)
+        return self.tell_children(ex.job_id, ex.scheduled_ms, ex.state, why)
+
+    def tell_children(self, job_id: str, fire_ms: int, state: int, why: str) -> list[Op]:
+        """The ops that tell ``job_id``'s children how its execution for ``fire_ms`` ended
+        (``state``, and ``why`` unless it succeeded); none here: ``_part_deps.Depending``
+        knows the children."""
         return []
 
     async def write(

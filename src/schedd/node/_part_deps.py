@@ -43,18 +43,16 @@ class Depending(PartitionCore):
 
     # -- as the parent's owner ------------------------------------------------------------------
 
-    def told(self, ex: execution_pb2.Execution) -> list[Op]:
-        """The arrivals an execution that ended for good (``ex.state``) leaves at its job's
-        children (none for a job without children)."""
-        cached = self.jobs.get(ex.job_id)
-        if cached is None or not cached.job.children:
+    def tell_children(self, job_id: str, fire_ms: int, state: int, why: str) -> list[Op]:
+        cached = self.jobs.get(job_id)
+        if cached is None or not cached.job.children:  # the common case: checked first
             return []
-        if ex.state == execution_pb2.EXECUTION_SUCCEEDED:
+        if state == execution_pb2.EXECUTION_SUCCEEDED:
             outcome = ARRIVED_OK
         else:
-            why = "; ".join(t for t in (ex.reason, ex.error) if t) or "no reason given"
-            outcome = ARRIVED_SKIP + f"{ex.job_id} ended {state_name(ex.state)}: {why}".encode()
-        return self.deps.tell(cached.job, ex.scheduled_ms, outcome)
+            ended = f"{job_id} ended {state_name(state)}: {why or 'no reason given'}"
+            outcome = ARRIVED_SKIP + ended.encode()
+        return self.deps.tell(cached.job, fire_ms, outcome)
 
     # -- as the child's owner -------------------------------------------------------------------
 

@@ -148,12 +148,11 @@ class Settling(PartitionCore):
 
     def _item(self, live: Live, s: Settlement, r: worker_pb2.Result) -> Item:
         if s.fate in (Fate.SUCCEEDED, Fate.CANCELLED):
-            ended = execution_pb2.Execution(
-                job_id=live.ex.job_id, scheduled_ms=live.ex.scheduled_ms, reason=r.error,
-                state=execution_pb2.EXECUTION_SUCCEEDED if s.fate is Fate.SUCCEEDED
-                else execution_pb2.EXECUTION_CANCELLED,
-            )  # fmt: skip
-            return self.store.finish_run(live.ex, then=self.told(ended))
+            ok = s.fate is Fate.SUCCEEDED
+            state = execution_pb2.EXECUTION_SUCCEEDED if ok else execution_pb2.EXECUTION_CANCELLED
+            ex = live.ex
+            then = self.tell_children(ex.job_id, ex.scheduled_ms, state, r.error)
+            return self.store.finish_run(ex, then=then)
         if s.fate is Fate.DEAD:
             assert s.record is not None
             return self.store.finish_run(live.ex, dead_record=s.record, then=self.told(s.record))
