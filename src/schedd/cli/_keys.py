@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from schedd._errors import SchedError
-from schedd.cli._store_flags import store_options
+from schedd.cli._store_flags import every_second, store_options
 
 if TYPE_CHECKING:
     from schedd.store import Keyring, RekeySummary, StoreConfig
@@ -138,13 +138,7 @@ async def _rekey(store: StoreConfig, prefix: bytes, keyring: Keyring) -> RekeySu
         meta = await read_cluster(kv, keys)
         if meta is None:
             raise FailedPrecondition(f"no cluster under the prefix {prefix.decode()!r}")
-        last = [0.0]
-
-        def progress(s: RekeySummary) -> None:
-            now = time.monotonic()
-            if now - last[0] >= 1.0:
-                last[0] = now
-                click.echo(f"rekey: {s.progress()}", err=True)
+        progress = every_second("rekey")
 
         click.echo(f"rekey: encrypting with key {keyring.active.key_id!r}", err=True)
         return await rekey(kv, keys, keyring, meta.partitions, progress=progress)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import click
 
 from schedd._errors import SchedError
-from schedd.cli._store_flags import store_options
+from schedd.cli._store_flags import every_second, store_options
 
 if TYPE_CHECKING:
     from schedd.store import MigrateSummary, StoreConfig
@@ -76,13 +75,7 @@ async def _migrate(
                 f"{len(nodes)} node(s) are running ({names}): stop every node first (a node"
                 " that was killed is listed until its lease runs out)"
             )
-        last = [0.0]
-
-        def progress(s: MigrateSummary) -> None:
-            now = time.monotonic()
-            if now - last[0] >= 1.0:
-                last[0] = now
-                click.echo(f"store migrate: {s.progress()}", err=True)
+        progress = every_second("store migrate")
 
         summary = await migrate_ids(kv, keys, meta.partitions, dry_run=dry_run, progress=progress)
         if meta.format_version == FORMAT_VERSION and not summary.renamed and not summary.kept:

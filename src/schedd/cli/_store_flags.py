@@ -5,8 +5,9 @@ the one translation of a bad value into the flag it is about."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -119,3 +120,21 @@ def store_config(
 def key_prefix(prefix: str) -> bytes:
     """``--prefix`` as the key prefix (with its trailing slash)."""
     return (prefix if prefix.endswith("/") else prefix + "/").encode()
+
+
+class _Progress(Protocol):
+    def progress(self) -> str: ...
+
+
+def every_second(label: str) -> Callable[[_Progress], None]:
+    """A progress callback for long store work: ``label: <its progress()>`` on stderr, at
+    most once a second."""
+    last = [0.0]
+
+    def say(summary: _Progress) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            click.echo(f"{label}: {summary.progress()}", err=True)
+
+    return say

@@ -10,11 +10,12 @@ partitions reload their windows.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from schedd._clock import Clock
 from schedd._errors import SchedError
 from schedd.node._live import OwnedPartitions
-from schedd.store import KV, Keys, Notice, WatchCompacted, prefix_end
+from schedd.store import KV, Keys, KeyValue, Notice, WatchCompacted, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +31,16 @@ class NotifyWatcher:
 
     async def run(self) -> None:
         """Watches until cancelled; a broken watch is re-established from a fresh read."""
-        start = self.keys.notify_prefix()
-        end = prefix_end(start)
-        while True:
-            try:
-                _, rev, _ = await self.kv.range(start, end, limit=1, keys_only=True)
-                async for batch in self.kv.watch(start, end, rev + 1):
-                    for ev in batch.events:
-                        if ev.kind == "put":
-                            p = self.keys.parse_notify_key(ev.kv.key)
-                            self.notified(p, ev.kv.value, ev.kv.mod_revision)
-            except WatchCompacted:
-                # Changes may have been missed: every partition reads its window again.
-                for part in self.partitions.values():
-                    part.request_reload()
-            except SchedError as exc:
-                log.warning("notify watch failed: %s; watching again", exc)
-                await self.clock.sleep(0.5)
+        prefix = self.keys.notify_prefix()
+        await watch_puts(self.kv, self.clock, prefix, self._put, self._compacted, "notify")
+
+    def _put(self, kv: KeyValue) -> None:
+        self.notified(self.keys.parse_notify_key(kv.key), kv.value, kv.mod_revision)
+
+    def _compacted(self) -> None:
+        # Changes may have been missed: every partition reads its window again.
+        for part in self.partitions.values():
+            part.request_reload()
 
     def notified(self, partition: int, value: bytes, revision: int) -> None:
         """One notice for ``partition`` (ignored unless this node runs it)."""
@@ -82,21 +76,39 @@ class ArrivalWatcher:
         self.clock = clock
 
     async def run(self) -> None:
-        """Watches until cancelled; a broken watch is re-established from a fresh read."""
-        start = self.keys.arrive_all_prefix()
-        end = prefix_end(start)
-        while True:
-            try:
-                _, rev, _ = await self.kv.range(start, end, limit=1, keys_only=True)
-                async for batch in self.kv.watch(start, end, rev + 1):
-                    for ev in batch.events:
-                        if ev.kind == "put":
-                            p, child, fire_ms, _ = self.keys.parse_arrive_key(ev.kv.key)
-                            part = self.partitions.get(p)
-                            if part is not None:
-                                part.arrived(child, fire_ms)
-            except WatchCompacted:
-                continue  # the partitions' own reads find what was missed
-            except SchedError as exc:
-                log.warning("arrival watch failed: %s; watching again", exc)
-                await self.clock.sleep(0.5)
+        """Watches until cancelled; a broken watch is re-established from a fresh read (the
+        partitions' own reads find what was missed meanwhile)."""
+        prefix = self.keys.arrive_all_prefix()
+        await watch_puts(self.kv, self.clock, prefix, self._put, lambda: None, "arrival")
+
+    def _put(self, kv: KeyValue) -> None:
+        p, child, fire_ms, _ = self.keys.parse_arrive_key(kv.key)
+        part = self.partitions.get(p)
+        if part is not None:
+            part.arrived(child, fire_ms)
+
+
+async def watch_puts(
+    kv: KV,
+    clock: Clock,
+    start: bytes,
+    on_put: Callable[[KeyValue], None],
+    on_compacted: Callable[[], None],
+    what: str,
+) -> None:
+    """Calls ``on_put`` with each key put under ``start`` from now on, until cancelled; a
+    watch that breaks is started again from a fresh read (``on_compacted`` first when its
+    start was compacted away: changes may have been missed)."""
+    end = prefix_end(start)
+    while True:
+        try:
+            _, rev, _ = await kv.range(start, end, limit=1, keys_only=True)
+            async for batch in kv.watch(start, end, rev + 1):
+                for ev in batch.events:
+                    if ev.kind == "put":
+                        on_put(ev.kv)
+        except WatchCompacted:
+            on_compacted()
+        except SchedError as exc:
+            log.warning("%s watch failed: %s; watching again", what, exc)
+            await clock.sleep(0.5)
