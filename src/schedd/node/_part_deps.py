@@ -37,7 +37,10 @@ class Depending(PartitionCore):
     def deps(self) -> Arrivals:
         if self._deps is None:
             store = self.store
-            self._deps = Arrivals(store.kv, store.keys, self.partition, self.config.partitions)
+            self._deps = Arrivals(
+                store.kv, store.keys, self.partition, self.config.partitions,
+                store.sealer.execution_value,
+            )  # fmt: skip
             self._arrived = set()
         return self._deps
 

@@ -17,12 +17,12 @@ is redriven and then succeeds makes C go after all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from schedd.store._keys import Keys, partition_of
 from schedd.store._owner import Item
-from schedd.store._records import RUN, DueEntry
+from schedd.store._records import new_run
 from schedd.store._types import KeyValue, prefix_end
 from schedd.store.abc import KV, Op
 from schedd.v1 import execution_pb2, job_pb2
@@ -57,8 +57,16 @@ class Waiting:
 class Arrivals:
     """Builds and reads one partition's arrivals."""
 
-    def __init__(self, kv: KV, keys: Keys, partition: int, partitions: int) -> None:
+    def __init__(
+        self,
+        kv: KV,
+        keys: Keys,
+        partition: int,
+        partitions: int,
+        encode: Callable[[execution_pb2.Execution], bytes],
+    ) -> None:
         self.kv = kv
+        self.encode = encode  # an execution as the store keeps it (sealed, when it has secrets)
         self.ops = kv.ops
         self.keys = keys
         self.partition = partition
@@ -97,18 +105,14 @@ class Arrivals:
     def start(self, w: Waiting, spec_revision: int, ex: execution_pb2.Execution) -> Item:
         """Creates the child's execution for the fire (due now, claimed like a trigger) and
         consumes the arrivals; compared on each of them and on the child's spec."""
-        o, k, p = self.ops, self.keys, self.partition
-        run_key = k.run_key(p, w.child, w.fire_ms)
-        due_key = k.run_due_key(p, ex.due_ms, w.child, w.fire_ms)
-        entry = DueEntry(p, ex.due_ms, w.child, RUN, w.fire_ms)
+        o = self.ops
+        run = new_run(o, self.keys, ex, self.encode(ex))
         compares = [
-            o.cmp_mod(k.job_key(w.child), spec_revision),
-            o.cmp_create(run_key, 0),
+            o.cmp_mod(self.keys.job_key(w.child), spec_revision),
+            *run.compares,
             *(o.cmp_mod(kv.key, kv.mod_revision) for kv in w.arrived.values()),
         ]
-        ops = [o.put(run_key, ex.SerializeToString()), o.put(due_key, entry.encode())]
-        ops += self._consume(w)
-        return Item(o.txn(compares, ops))
+        return Item(o.txn(compares, [*run.ops, *self._consume(w)]))
 
     def skip(self, w: Waiting, reason: str, child: job_pb2.Job | None) -> Item:
         """Marks the child's execution for the fire skipped and tells its children."""

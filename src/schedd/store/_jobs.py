@@ -23,12 +23,12 @@ from schedd.store._names import JobNames
 from schedd.store._notify import notify_ops
 from schedd.store._records import (
     FIRE,
-    RUN,
     DueEntry,
     JobState,
     StoredJob,
     decode_execution,
     encode_execution,
+    new_run,
 )
 from schedd.store._sealing import Sealer
 from schedd.store._triggers import TRIGGER_KEY_TTL_MS, Triggered, Triggers
@@ -389,20 +389,8 @@ class JobStore:
                 if payload_override:
                     ex.payload_override = payload_override
                     ex.has_payload_override = True
-                run_key = k.run_key(p, job.id, sched)
-                entry = DueEntry(p, ex.due_ms, job.id, RUN, sched)
-                nested.append(
-                    o.txn(
-                        [
-                            o.cmp_create(run_key, 0),
-                            o.cmp_create(k.run_due_key(p, ex.due_ms, job.id, sched), 0),
-                        ],
-                        [
-                            o.put(run_key, self.sealer.execution_value(ex)),
-                            o.put(k.run_due_key(p, ex.due_ms, job.id, sched), entry.encode()),
-                        ],
-                    )
-                )
+                run = new_run(o, k, ex, self.sealer.execution_value(ex))
+                nested.append(o.txn(run.compares, run.ops))
                 chunk.append(ex)
             guard = [o.cmp_mod(k.job_key(job.id), job.version)]
             resp = await self.kv.txn(guard, nested + notify_ops(o, k, {p: [job.id]}))

@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from schedd.store.abc import KeyValueView
+from schedd.store._keys import Keys
+from schedd.store.abc import Compare, KeyValueView, Op, OpBuilder
 from schedd.v1 import execution_pb2, job_pb2
 
 #: A due entry of kind FIRE is a schedule fire: claiming it creates the execution.
@@ -137,3 +138,30 @@ def decode_execution(value: bytes, mod_revision: int) -> execution_pb2.Execution
     execution = execution_pb2.Execution.FromString(value)
     execution.fencing_token = mod_revision
     return execution
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A new execution's run key and its RUN due entry (at ``due_ms``, naming it), as one
+    nested transaction's parts: compares that neither exists yet, and their puts. Made by
+    :func:`new_run`; triggers, backfills, redrives and a dependent's start all write this."""
+
+    run_key: bytes
+    due_key: bytes
+    compares: list[Compare]
+    ops: list[Op]
+
+
+def new_run(ops: OpBuilder, keys: Keys, ex: execution_pb2.Execution, value: bytes) -> NewRun:
+    """The writes that create ``ex`` (stored as ``value``, sealed by the caller) with its
+    durable timer at ``ex.due_ms`` in its partition's due index."""
+    p, job_id, sched = ex.partition, ex.job_id, ex.scheduled_ms
+    run_key = keys.run_key(p, job_id, sched)
+    due_key = keys.run_due_key(p, ex.due_ms, job_id, sched)
+    entry = DueEntry.encode_value(RUN, sched)
+    return NewRun(
+        run_key,
+        due_key,
+        [ops.cmp_create(run_key, 0), ops.cmp_create(due_key, 0)],
+        [ops.put(run_key, value), ops.put(due_key, entry)],
+    )

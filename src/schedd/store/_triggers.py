@@ -25,7 +25,7 @@ from schedd._errors import AlreadyExists, Conflict, SchedError
 from schedd.model import new_execution
 from schedd.store._keys import Keys
 from schedd.store._notify import notify_ops
-from schedd.store._records import RUN, DueEntry
+from schedd.store._records import new_run
 from schedd.store._sealing import Sealer
 from schedd.store._types import prefix_end
 from schedd.store.abc import KV, Compare
@@ -128,14 +128,8 @@ class Triggers:
             if payload:
                 ex.payload_override = payload
                 ex.has_payload_override = True
-            run_key = k.run_key(p, job.id, sched)
-            due_key = k.run_due_key(p, ex.due_ms, job.id, sched)
-            entry = DueEntry(p, ex.due_ms, job.id, RUN, sched)
-            cmps = [o.cmp_create(run_key, 0), o.cmp_create(due_key, 0), *key_cmps]
-            ops = [
-                o.put(run_key, self.sealer.execution_value(ex)),
-                o.put(due_key, entry.encode()),
-            ]
+            run = new_run(o, k, ex, self.sealer.execution_value(ex))
+            cmps, ops = [*run.compares, *key_cmps], list(run.ops)
             if tkey:
                 ops.append(o.put(tkey, TriggerKey(ex.id, now_ms, digest).encode()))
             guard = [o.cmp_mod(k.job_key(job.id), job.version)]
@@ -146,7 +140,7 @@ class Triggers:
                 ex.fencing_token = resp.revision
                 return Triggered(ex.id, ex)
             # The time is taken (try the next) or the key was written meanwhile (read again).
-            if not tkey or await self._slot_taken(run_key, due_key):
+            if not tkey or await self._slot_taken(run.run_key, run.due_key):
                 sched += 1
         raise SchedError(f"job {job.id!r}: could not find a free trigger slot")
 
