@@ -167,3 +167,25 @@ async def test_partition_stores_sharing_a_group_commit_keep_their_fences_and_ref
     await kv.delete(b.key)
     with pytest.raises(FencedOut):
         await sb.apply(_puts(kv, b"/g/x/b2"))
+
+
+async def test_a_caller_that_stops_waiting_leaves_the_others_their_answers() -> None:
+    """A partition that stops while its write is in flight cancels its wait: the group's
+    other batches still hear theirs (before, the first cancelled one raised in the group's
+    task and left the rest waiting for ever), in a group and alone."""
+    kv = MemoryKV()
+    a, b, c = await _fences(kv, 3)
+    group = GroupCommit(kv, linger_ms=5)
+    gone = asyncio.ensure_future(group.commit(a, _puts(kv, b"/g/x/a1")))
+    stays = asyncio.ensure_future(group.commit(b, _puts(kv, b"/g/x/b1")))
+    await asyncio.sleep(0)
+    gone.cancel()
+    got = await asyncio.wait_for(stays, 2)
+    assert got.succeeded and got.outcomes == [True]
+    alone = asyncio.ensure_future(group.commit(c, _puts(kv, b"/g/x/c1")))
+    await asyncio.sleep(0)
+    alone.cancel()
+    after = await asyncio.wait_for(group.commit(b, _puts(kv, b"/g/x/b2")), 2)
+    assert after.succeeded
+    await asyncio.sleep(0.02)  # the cancelled lone batch's task ended without an error
+    assert await _stored(kv) == [b"/g/x/a1", b"/g/x/b1", b"/g/x/b2", b"/g/x/c1"]

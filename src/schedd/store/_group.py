@@ -133,8 +133,7 @@ class GroupCommit:
             resp = None  # some batch (or two together) is malformed: each goes alone
         except BaseException as exc:
             for b in group:
-                if not b.done.done():
-                    b.done.set_exception(exc)
+                _fail(b, exc)
             if not isinstance(exc, Exception):
                 raise
             return
@@ -146,14 +145,14 @@ class GroupCommit:
         start = 0
         for b in group:
             end = start + len(b.items)
-            b.done.set_result(Committed(True, outcomes[start:end], resp.revision))
+            _succeed(b, Committed(True, outcomes[start:end], resp.revision))
             start = end
 
     async def _settle_alone(self, batch: _Batch) -> None:
         try:
-            batch.done.set_result(await self._alone(batch.fence, batch.items))
+            _succeed(batch, await self._alone(batch.fence, batch.items))
         except Exception as exc:  # the batch's caller gets it
-            batch.done.set_exception(exc)
+            _fail(batch, exc)
 
     async def _alone(self, fence: Fence, items: Sequence[Item]) -> Committed:
         self.transactions += 1
@@ -174,6 +173,19 @@ async def commit_alone(
     if not resp.succeeded:
         return Committed(False, [], 0)
     return Committed(True, resp.nested_outcomes(), resp.revision)
+
+
+def _succeed(batch: _Batch, committed: Committed) -> None:
+    """Tells a batch's caller what was written, unless it stopped waiting (cancelled: its
+    partition stopped): the others of its group must still hear theirs."""
+    if not batch.done.done():
+        batch.done.set_result(committed)
+
+
+def _fail(batch: _Batch, exc: BaseException) -> None:
+    """Tells a batch's caller its write failed (see :func:`_succeed`)."""
+    if not batch.done.done():
+        batch.done.set_exception(exc)
 
 
 def _distinct_fences(group: Sequence[_Batch]) -> list[_Batch]:
