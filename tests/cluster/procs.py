@@ -256,27 +256,32 @@ class ClusterProcs:
                 p.close()
 
 
-def dump_runs(endpoints: tuple[str, ...], prefix: str) -> str:
-    """The run records etcd holds under ``prefix`` (for a failing test's report)."""
+def stored_runs(endpoints: tuple[str, ...], prefix: str) -> list[tuple[str, int, Any]]:
+    """The run records etcd holds under ``prefix``: (key, mod revision, Execution)."""
     import asyncio
 
     from schedd.store import EtcdConfig, connect_etcd, prefix_end
     from schedd.v1 import execution_pb2
 
-    async def read() -> list[str]:
+    async def read() -> list[tuple[str, int, Any]]:
         kv = await connect_etcd(EtcdConfig(endpoints=endpoints))
         try:
             start = (prefix + "runs/").encode()
             kvs, _ = await kv.range_all(start, prefix_end(start))
-            out = []
-            for kvp in kvs:
-                ex = execution_pb2.Execution.FromString(kvp.value)
-                out.append(
-                    f"{kvp.key.decode()} rev={kvp.mod_revision} state={ex.state} "
-                    f"token={ex.fencing_token} attempt={ex.attempt} worker={ex.worker_id}"
-                )
-            return out
+            return [
+                (kvp.key.decode(), kvp.mod_revision, execution_pb2.Execution.FromString(kvp.value))
+                for kvp in kvs
+            ]
         finally:
             await kv.close()
 
-    return "\n".join(asyncio.run(read()))
+    return asyncio.run(read())
+
+
+def dump_runs(endpoints: tuple[str, ...], prefix: str) -> str:
+    """The run records etcd holds under ``prefix`` (for a failing test's report)."""
+    return "\n".join(
+        f"{key} rev={rev} state={ex.state} token={ex.fencing_token} attempt={ex.attempt} "
+        f"worker={ex.worker_id}"
+        for key, rev, ex in stored_runs(endpoints, prefix)
+    )

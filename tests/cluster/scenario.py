@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from cluster.check import Report, expected_fires, first_fires, missing, verify
 from cluster.effects import EffectLedger
-from cluster.procs import ClusterProcs, wait_for
+from cluster.procs import ClusterProcs, stored_runs, wait_for
 
 NODES = ["n0", "n1", "n2"]
 WORKERS = ["w0", "w1"]
@@ -68,4 +68,21 @@ class Scenario:
         report = verify(self.ledger, expected, self.worker_kills)
         print(report.summary(label, **extra))
         assert report.ok, report.failure()
+        self.assert_settled(end_ms - 2000)
         return report
+
+    def assert_settled(self, before_ms: int, timeout: float = 20.0) -> None:
+        """Every fire scheduled before ``before_ms`` ended in the store too: its run key is
+        gone. An effect done once is not enough: a run left PENDING after it (its result
+        lost between owners) would starve its children and count as running for ever."""
+        stuck = wait_for(
+            lambda: [
+                f"{key} state={ex.state} token={ex.fencing_token} rev={rev}"
+                for key, rev, ex in stored_runs(self.procs.etcd_endpoints, self.procs.prefix)
+                if ex.scheduled_ms < before_ms
+            ],
+            lambda left: not left,
+            timeout=timeout,
+            what=f"every run scheduled before {before_ms} to be settled in the store",
+        )
+        assert not stuck

@@ -312,3 +312,37 @@ async def test_a_retry_timer_of_key_format_1_is_claimed_at_its_key(
     assert await partition._claim([entry]) == []
     assert await node.kv.get(legacy) is None
     assert partition.live[ex.id].ex.attempt == 2
+
+
+async def test_a_stale_result_does_not_shadow_the_current_one_in_its_batch(
+    setup: tuple[Node, JobStore],
+) -> None:
+    """A worker answers a new owner's probe from its ledger (the result under the new token)
+    in the batch that also carries the same result under the old token (refused stale): the
+    current one must settle. It used to be refused as "a second result in one batch", and
+    the execution stayed PENDING for ever with nothing in flight (its children never ran)."""
+    node, jobs = setup
+    partition = await node.own()
+    (ex,) = await _running(partition, jobs, "j1", [NOW - 1000])
+    old = worker_pb2.Result(
+        execution_id=ex.id, fencing_token=ex.fencing_token - 1, attempt=ex.attempt,
+        outcome=worker_pb2.OUTCOME_SUCCEEDED,
+    )  # fmt: skip
+    current = worker_pb2.Result()
+    current.CopyFrom(old)
+    current.fencing_token = ex.fencing_token
+    current.from_ledger = True
+    acks = await node.router.on_results("w", [old, current])
+    assert [a.accepted for a in acks] == [False, True], [a.message for a in acks]
+    assert "stale" in acks[0].message
+    assert await node.kv.get(KEYS.run_key(0, ex.job_id, ex.scheduled_ms)) is None
+    assert ex.id not in partition.live
+    # Two current results in one batch: the first settles, the second is refused as such.
+    (ex2,) = await _running(partition, jobs, "j1", [NOW - 500])
+    twice = worker_pb2.Result(
+        execution_id=ex2.id, fencing_token=ex2.fencing_token, attempt=ex2.attempt,
+        outcome=worker_pb2.OUTCOME_SUCCEEDED,
+    )  # fmt: skip
+    acks = await node.router.on_results("w", [twice, twice])
+    assert acks[0].accepted and not acks[1].accepted
+    assert "second result" in acks[1].message

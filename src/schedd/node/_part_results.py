@@ -125,17 +125,20 @@ class Settling(PartitionCore):
         todo: list[tuple[int, Live, worker_pb2.Result, Settlement]] = []
         seen: set[str] = set()
         for n, r in group:
-            if r.execution_id in seen:  # two writes of one run key in one txn: refused whole
-                out.append((n, Verdict.DUPLICATE, "a second result for this execution in one "
-                                                  "batch; the first is settled"))  # fmt: skip
-                continue
-            seen.add(r.execution_id)
             live = self.live.get(r.execution_id)
             if live is None or live.ex.fencing_token != r.fencing_token:
                 current = live.ex.fencing_token if live else None
                 msg = f"token {r.fencing_token} is stale (current: {current or 'none'})"
                 out.append((n, Verdict.STALE, msg))
                 continue
+            # Two writes of one run key in one txn are refused whole. Only a current result
+            # counts: a stale one before it (the old token's, next to a probe's answer from
+            # the ledger under the new one) must not shadow it.
+            if r.execution_id in seen:
+                out.append((n, Verdict.DUPLICATE, "a second result for this execution in one "
+                                                  "batch; the first is settled"))  # fmt: skip
+                continue
+            seen.add(r.execution_id)
             if not live.ex.worker_id:  # no Started came: it was folded into this Result
                 live.ex.worker_id = worker_id
             cached = self.jobs.get(live.ex.job_id)
