@@ -1,4 +1,5 @@
-"""The worker's outgoing batches: sealed at an item count and at a byte count, sent in order."""
+"""The worker's outgoing batches: sealed at an item count and at a byte count, sent in order,
+and flushed soon for what the node may wait for, later for results."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from types import SimpleNamespace
 
 from schedd.v1 import worker_pb2
 from schedd.worker._connection import NodeConnection
-from schedd.worker._outbox import MAX_ITEMS, MAX_RESULT_BYTES
+from schedd.worker._credits import CreditPool
+from schedd.worker._outbox import FLUSH_S, LINGER_S, MAX_ITEMS, MAX_RESULT_BYTES
 
 
 def _conn() -> NodeConnection:
@@ -59,3 +61,48 @@ async def test_credits_and_started_ride_along_and_a_result_drops_its_started() -
     (msg,) = _drain(conn)
     assert (msg.batch.credits, msg.batch.prefetch_credits) == (5, 7)
     assert [s.execution_id for s in msg.batch.started] == ["s2"]
+
+
+def _wait_s(conn: NodeConnection) -> float:
+    """How long from now until the armed flush wakes the writer."""
+    import asyncio
+
+    timer = conn.outbox._timer
+    assert timer is not None
+    return timer.when() - asyncio.get_running_loop().time()
+
+
+async def test_results_linger_and_what_the_node_may_wait_for_goes_soon() -> None:
+    conn = _conn()
+    conn.new_result().execution_id = "r1"
+    conn.add_heartbeat("r0", 3, None)
+    conn.add_started("r2", 3, 100)
+    assert FLUSH_S < _wait_s(conn) <= LINGER_S  # nothing here is waited for
+    conn.add_not_here("p1")  # a probe's answer: the node's redelivery waits on it
+    assert _wait_s(conn) <= FLUSH_S
+    conn.new_result().execution_id = "r3"  # a later result does not push it back
+    assert _wait_s(conn) <= FLUSH_S
+    (msg,) = _drain(conn)
+    assert conn.outbox._timer is None
+    assert [r.execution_id for r in msg.batch.results] == ["r1", "r3"]
+    # Credits: soon when the stream's unused ones run low, lingering when it has plenty.
+    conn.unused = 0
+    conn.grant(1, soon=False)
+    assert FLUSH_S < _wait_s(conn) <= LINGER_S
+    conn.grant(1)
+    assert _wait_s(conn) <= FLUSH_S
+
+
+async def test_the_pool_grants_soon_only_to_a_stream_running_low() -> None:
+    pool = CreditPool(8)
+    conn = _conn()
+    pool.attach(conn)  # all 8 granted: it had none, so they go soon
+    assert conn.unused == 8 and _wait_s(conn) <= FLUSH_S
+    _drain(conn)
+    conn.unused -= 1  # one dispatch used a credit and its execution ended
+    pool.release()
+    assert conn.unused == 8 and FLUSH_S < _wait_s(conn) <= LINGER_S
+    _drain(conn)
+    conn.unused -= 7  # a burst used nearly all: the node may be waiting for the next
+    pool.release(7)
+    assert _wait_s(conn) <= FLUSH_S

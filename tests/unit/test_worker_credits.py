@@ -16,10 +16,10 @@ class FakeConn:
         self.revoking = self.revoking_hold = False
         self.revokes: list[tuple[int, bool]] = []
 
-    def grant(self, n: int) -> None:
+    def grant(self, n: int, *, soon: bool = True) -> None:
         self.unused += n
 
-    def grant_hold(self, n: int) -> None:
+    def grant_hold(self, n: int, *, soon: bool = True) -> None:
         self.hold_unused += n
 
     def revoke(self, n: int, *, hold: bool) -> None:

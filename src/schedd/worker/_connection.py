@@ -146,15 +146,17 @@ class NodeConnection:
 
     # ---- buffering ----------------------------------------------------------------------------
 
-    def grant(self, n: int) -> None:
+    def grant(self, n: int, *, soon: bool = True) -> None:
+        """``n`` more dispatch credits for the node; ``soon``: it may be waiting for them
+        (else they may linger with the results, see ``schedd.worker._outbox``)."""
         self.unused += n
         self.outbox.batch.credits += n
-        self._added()
+        self._added(soon=soon)
 
-    def grant_hold(self, n: int) -> None:
+    def grant_hold(self, n: int, *, soon: bool = True) -> None:
         self.hold_unused += n
         self.outbox.batch.prefetch_credits += n
-        self._added()
+        self._added(soon=soon)
 
     def revoke(self, n: int, *, hold: bool) -> None:
         """Ask the node to give back up to ``n`` unused (prefetch) credits of this stream."""
@@ -185,7 +187,7 @@ class NodeConnection:
         if checkpoint is not None:
             hb.checkpoint = checkpoint
             hb.has_checkpoint = True
-        self._added()
+        self._added(soon=False)
 
     def new_result(self) -> worker_pb2.Result:
         """A Result to fill in: already queued in the outgoing batch when the stream is live
@@ -193,7 +195,7 @@ class NodeConnection:
         if not self.live:
             return worker_pb2.Result()
         result = self.outbox.batch.results.add()
-        self._added()  # may seal the batch it is in: it is still filled in place
+        self._added(soon=False)  # may seal the batch it is in: it is still filled in place
         return result
 
     def add_result(self, result: worker_pb2.Result) -> None:
@@ -205,16 +207,16 @@ class NodeConnection:
             )
             return
         self.outbox.batch.results.append(result)
-        self._added()
+        self._added(soon=False)
 
     def result_bytes(self, n: int) -> None:
         """The result just queued carries ``n`` bytes of output and error."""
         if self.live:
             self.outbox.result_bytes(n)
 
-    def _added(self) -> None:
+    def _added(self, *, soon: bool = True) -> None:
         if self.live:
-            self.outbox.added()
+            self.outbox.added(soon=soon)
 
     # ---- the stream ----------------------------------------------------------------------------
 

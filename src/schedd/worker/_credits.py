@@ -80,10 +80,13 @@ class CreditPool:
         return conn.hold_unused + conn.held if self.hold else conn.unused + conn.running
 
     def _grant(self, conn: NodeConnection, n: int) -> None:
+        # The node may be waiting for these only when the stream's unused credits run low
+        # (below a quarter of the slots): otherwise they may linger with the results.
+        soon = self._unused(conn) < max(1, self.capacity // 4)
         if self.hold:
-            conn.grant_hold(n)
+            conn.grant_hold(n, soon=soon)
         else:
-            conn.grant(n)
+            conn.grant(n, soon=soon)
 
     def distribute(self) -> None:
         if not (self.accepting and self._conns):

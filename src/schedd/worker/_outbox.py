@@ -5,7 +5,13 @@ A :class:`~schedd.worker._connection.NodeConnection` owns one outbox per stream 
 what goes in (only while the stream is live); the outbox decides when a batch is closed and
 when the writer is woken:
 
-- the first item arms a ~2 ms flush timer, so items that come in a burst leave together;
+- an item the node may be waiting for (credits when the stream's unused ones run low, a
+  probe's answer, a revoke) leaves within ~2 ms (:data:`FLUSH_S`), so items that come in a
+  burst leave together;
+- results, Started notices, heartbeats and credits the node has plenty of may wait up to
+  :data:`LINGER_S` for others: a result settled a few ms later is not what users see (the
+  start of a fire is), and at 1k fires/s it is what turns one message, one settle
+  transaction and one ack per two fires into one per ten;
 - at 512 items the writer is woken at once; at :data:`MAX_ITEMS` items, or once results
   carry :data:`MAX_RESULT_BYTES` of output, the batch is sealed as a message of its own (the
   node's message limit holds however large a burst is);
@@ -20,8 +26,10 @@ from collections import deque
 
 from schedd.v1 import worker_pb2
 
-#: The flush delay after the first item, and the item count that wakes the writer at once.
-_FLUSH_S = 0.002
+#: The flush delay after an item the node may be waiting for, the longest any item waits
+#: for others, and the item count that wakes the writer at once.
+FLUSH_S = 0.002
+LINGER_S = 0.010
 _MAX_BATCH = 512
 #: An outgoing WorkerBatch is sealed (and the next one started) at this many items, or once
 #: its results carry this many bytes of output and errors: a node's default receive limit is
@@ -51,21 +59,35 @@ class Outbox:
         # Started notices not yet written: execution id -> (token, started ms).
         self._started: dict[str, tuple[int, int]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        #: The armed timer is an early one (FLUSH_S): no later item can need it sooner.
+        self._soon = False
 
     def add_started(self, execution_id: str, token: int, started_ms: int) -> None:
         """A Started notice, written with the next batch unless its Result goes with it."""
         self._started[execution_id] = (token, started_ms)
-        self.added()
+        self.added(soon=False)
 
-    def added(self) -> None:
-        """One item was put in :attr:`batch`: arm the flush, or wake or seal at a size."""
+    def added(self, *, soon: bool = True) -> None:
+        """One item was put in :attr:`batch`: arm the flush (within :data:`FLUSH_S` if
+        ``soon``, else :data:`LINGER_S`), or wake or seal at a size."""
         self._items += 1
         if self._items >= _MAX_BATCH:
             if self._items >= MAX_ITEMS:
                 self.seal()
             self.wake.set()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self.wake.set)
+            return
+        timer = self._timer
+        if timer is not None and (not soon or self._soon):
+            return  # it goes at least as early as this item needs
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (FLUSH_S if soon else LINGER_S)
+        if timer is not None:
+            if timer.when() <= at:
+                self._soon = True
+                return
+            timer.cancel()
+        self._timer = loop.call_at(at, self.wake.set)
+        self._soon = soon
 
     def result_bytes(self, n: int) -> None:
         """The result just queued carries ``n`` bytes of output and error."""
@@ -94,6 +116,7 @@ class Outbox:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._soon = False
         self.message, self.batch = _new_message()
         self._items = self._bytes = 0
         self._sealed.clear()
@@ -104,6 +127,7 @@ class Outbox:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._soon = False
         batch = self.batch
         if not self._items and not batch.credits and not batch.prefetch_credits:
             return None
