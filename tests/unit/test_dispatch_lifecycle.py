@@ -116,7 +116,7 @@ async def test_a_graceful_stop_settles_what_a_backlog_deferred_without_waiting_f
     assert auth.calls == []  # deferred behind the backlog
     await asyncio.wait_for(d.stop(), 5)  # the ManualClock never moves: stop cuts the wait short
     assert auth.calls == [["a"]]
-    assert d.stats.acks_sent == 1
+    assert d.stats.results_answered == 1
 
 
 async def test_an_abrupt_stop_settles_nothing_more() -> None:
@@ -128,6 +128,6 @@ async def test_an_abrupt_stop_settles_nothing_more() -> None:
     await asyncio.sleep(0)
     await asyncio.wait_for(d.stop(graceful=False), 5)
     assert auth.calls == []
-    assert d.stats.acks_sent == 0
+    assert d.stats.results_answered == 0
     await d.stop()  # idempotent
     assert d.restarts == 0

@@ -54,12 +54,17 @@ async def test_items_join_the_ready_batch_while_the_writer_is_busy() -> None:
     s = _session(max_batch=4)
     for i in range(10):  # two and a half batches' worth before the writer comes back
         s.send_dispatch(_d(i))
-    s.send_acks([worker_pb2.ResultAck(execution_id="old/1", fencing_token=3, accepted=True)])
+    s.send_acks([
+        worker_pb2.ResultAck(execution_id="ok/1", fencing_token=3, accepted=True),
+        worker_pb2.ResultAck(execution_id="old/1", fencing_token=3, code=9, message="stale"),
+    ])  # fmt: skip
     msg = s.take()
     assert _ids(msg) == [f"j{i}/1" for i in range(10)]
+    # Only the refusal goes: the worker acts on no other answer.
     assert msg is not None and [a.execution_id for a in msg.batch.acks] == ["old/1"]
     assert s.take() is None
     assert s._stats.node_messages_sent == 1 and s._stats.dispatches_sent == 10
+    assert (s._stats.acks_sent, s._stats.results_answered) == (1, 2)
 
 
 async def test_the_flush_interval_makes_a_partial_batch_ready() -> None:

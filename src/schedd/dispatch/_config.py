@@ -86,7 +86,9 @@ class DispatchStats:
     node_messages_sent: int = 0
     dispatches_sent: int = 0
     cancels_sent: int = 0
+    #: Refusals sent (accepted results get no ack), and results answered either way.
     acks_sent: int = 0
+    results_answered: int = 0
     worker_batches_received: int = 0
     results_received: int = 0
     lost: int = 0

@@ -460,8 +460,10 @@ Global___Cancel: _TypeAlias = Cancel  # noqa: Y015
 
 @_typing.final
 class ResultAck(_message.Message):
-    """The node's answer to a Result: accepted, or refused with a grpc status code
-    (FAILED_PRECONDITION for a stale token).
+    """The node's answer to a Result it refused, with a grpc status code (FAILED_PRECONDITION
+    for a stale token). An accepted Result gets no answer: a worker needs nothing more for it,
+    and those answers were most of a node's messages at 1k fires/s. `accepted` stays for the
+    wire's sake; a node sends it false.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
