@@ -1,7 +1,8 @@
 """Jobs that run after jobs on a real 3-node cluster, through faults: a node SIGKILLed (and
 the partition moves of its failover and its return), a node frozen past its lease and
-resumed (a zombie whose late writes must be refused), and the etcd leader SIGKILLed (every
-write stalls until a new one is elected; partitions move and their executions are adopted).
+resumed (a zombie whose late writes must be refused), a worker SIGKILLed mid-job, a node
+cut off from etcd (black-holed) and restored, and the etcd leader SIGKILLed (every write
+stalls until a new one is elected; partitions move and their executions are adopted).
 A chain of 3, a fan-out to 10 and a fan-in of 3 under per-second roots: each child runs
 exactly once per root fire, and only after every parent's effect for that fire (the effect
 ledger of :mod:`cluster.effects`), and no execution is left unsettled in the store.
@@ -84,6 +85,12 @@ def test_dependents_run_once_after_their_parents_through_node_faults(
     time.sleep(max(0.0, procs.session_ttl_s * 2 + 1 - (time.time() - paused)))
     procs.resume("n2")
     procs.wait_owned(["n0", "n1", "n2"], timeout=40)
+    s.kill_worker("w0")  # mid-job: its runs are redelivered (work_ms 50-100, a fire a second)
+    procs.cut_from_etcd("n1")  # black-holed: it fences itself, the others take its share
+    procs.wait_owned(["n0", "n2"], via="n0")
+    procs.restart("w0")
+    procs.reconnect_to_etcd("n1")
+    procs.wait_owned(["n0", "n1", "n2"], timeout=40)
     leader = etcd3.leader()  # the cluster's writes stall until a new leader is elected
     etcd3.kill(leader)
     time.sleep(4.0)
@@ -99,7 +106,7 @@ def test_dependents_run_once_after_their_parents_through_node_faults(
     )  # fmt: skip
     assert not left
     time.sleep(1.0)
-    report = verify(ledger, expected)
+    report = verify(ledger, expected, s.worker_kills)
     per_job: dict[str, int] = defaultdict(int)
     for job, _ in expected:
         per_job[job] += 1
