@@ -3,6 +3,7 @@ and flushed soon for what the node may wait for, later for results."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from schedd.v1 import worker_pb2
@@ -65,8 +66,6 @@ async def test_credits_and_started_ride_along_and_a_result_drops_its_started() -
 
 def _wait_s(conn: NodeConnection) -> float:
     """How long from now until the armed flush wakes the writer."""
-    import asyncio
-
     timer = conn.outbox._timer
     assert timer is not None
     return timer.when() - asyncio.get_running_loop().time()
